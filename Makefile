@@ -1,0 +1,28 @@
+# make setup: a .venv with the package (editable) and its test extra, and a Julia to run.
+# make test:  setup, then the whole suite.   make demo: setup, then the main job.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup test demo bench clean
+setup: $(STAMP)
+	@bash scripts/ensure-julia.sh
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: setup
+	$(PY) examples/supervisor_demo.py
+
+bench: setup
+	$(PY) -m bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) out

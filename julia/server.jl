@@ -1,0 +1,887 @@
+# server.jl: the Julia end of jutul-jkernel. Standard library only; Julia 1.5.3 or newer.
+#
+#     julia [flags] server.jl <port>
+#
+# with JUTUL_JKERNEL_TOKEN set in the environment (never in argv). The server connects to
+# 127.0.0.1:<port>, and from then on everything travels as frames: an ASCII header line
+# `KIND arg... NBYTES\n` followed by exactly NBYTES payload bytes. jutul_jkernel/protocol.py
+# defines the same kinds; change both or neither.
+#
+# Julia -> Python
+#   RDY <token> 0                  handshake, always the first frame
+#   INF <n>                        JSON: julia_version, pid, threads
+#   OUT <stdout|stderr> <n>        live bytes written to fd 1 / fd 2 (Julia, C, child processes)
+#   DSP <id> <n>                   JSON: display_data or update_display_data of evaluation <id>
+#   CLR <id> <wait 0|1> 0          clear_output
+#   VAL <id> <n>                   JSON MIME bundle of the value, only when richer than text/plain
+#   ERR <id> <n>                   JSON {ename, evalue, traceback} before RES <id> err|int
+#   RES <id> <ok|err|int> <n>      the one result of evaluation <id>: ok carries the REPL text
+#                                  of the value (empty for nothing or a trailing `;`), err and int
+#                                  the error text; capped at 64 KiB with a note of what was cut
+#   INP <id> <password 0|1> <n>    evaluation <id> reads a line from stdin; payload: the prompt
+#   ANS <id> <n>                   JSON answer to QRY <id>
+#   ACK <seq> 0                    answer to SYN <seq>
+# Python -> Julia
+#   EXE <id> <n>                   code to evaluate (queued; evaluated one at a time, in order)
+#   INT <id> 0                     interrupt evaluation <id>; ignored unless it is running
+#   TXT <id> <n>                   the line typed in answer to INP <id>
+#   NIN <id> <n>                   no line can be had for INP <id>; payload says why
+#   QRY <id> <op> <cursor> <n>     op: complete | inspect | is_complete; payload: the code;
+#                                  cursor counts Unicode code points, as Jupyter does
+#   SYN <seq> 0                    answered with ACK <seq>
+#
+# Output: fd 1 and fd 2 are redirected into in-process pipes; a pump task per stream forwards
+# what arrives as OUT frames. At the end of an evaluation the server flushes Julia's and C's
+# buffers and writes a marker into each pipe; RES is sent only once both pumps have passed their
+# marker, so all of an evaluation's output is on the wire before its result.
+#
+# Interrupts: SIGINT is thrown into whichever task runs on thread 1, which is often not the
+# evaluating one. Every long-lived task here catches InterruptException and forwards it to the
+# evaluation with `schedule(task, InterruptException(); error=true)`; an interrupt that lands in
+# a finished task reaches the same forwarding through Base.active_repl_backend (see
+# install_interrupt_sink!). INT frames use the same path and need no signal. Frame writes run
+# with SIGINT deferred so an interrupt cannot tear a frame.
+#
+# The server exits when its socket closes, and on Linux when its parent dies.
+
+module JKernel
+
+using Sockets
+using REPL
+using Base64: base64encode
+using Logging: ConsoleLogger, global_logger
+
+const RESULT_CAP = 64 * 1024          # bytes of a RES payload; streamed output is never capped
+const RICH_CAP = 32 * 1024 * 1024     # bytes of one VAL / DSP bundle (images must not be cut)
+const OUT_CHUNK = 1024 * 1024         # largest OUT payload
+const STDOUT_BUFFER = 64 * 1024       # buffered Julia writes: 40x faster for tiny printlns
+const FLUSH_INTERVAL = 0.05           # seconds between flushes while a cell runs (live output)
+# Buffering reorders Julia's prints against child processes and C writing to the same fd, so it
+# is switched on only while a cell prints heavily (bytes forwarded per FLUSH_INTERVAL).
+const BUFFER_ON_BYTES = 16 * 1024
+const BUFFER_OFF_BYTES = 2 * 1024
+const DRAIN_TIMEOUT = 5.0             # seconds to wait for a pump to pass its marker
+const MAX_HEADER = 256
+const MAX_PAYLOAD = 256 * 1024 * 1024
+const RICH_MIMES = ("text/html", "text/markdown", "text/latex", "image/svg+xml",
+                    "image/png", "image/jpeg", "application/json")
+const BINARY_MIMES = ("image/png", "image/jpeg")
+const DISPLAY_SIZE = (30, 100)
+
+# ---- state (one server per process) ----
+
+const SOCK = Ref{TCPSocket}()
+const DIAG = Ref{IO}()                 # the process's original stderr: the startup log
+const EVAL_TASK = Ref{Task}()
+const CURRENT = Ref(0)                 # id of the running evaluation, 0 when idle
+const LAST_ID = Ref(0)                 # parent of output produced between evaluations
+const IN_USER = Ref(false)             # the evaluating task is inside user code
+const PENDING_INTERRUPT = Ref(false)   # an interrupt arrived while the server held the task
+const QUEUE = Channel{Tuple{Int,String}}(Inf)
+const EVAL_STARTED = Condition()
+const INPUT_WAIT = Ref{Union{Nothing,Channel{Any}}}(nothing)
+const PIPES = Dict{String,Any}()       # "stdout"/"stderr" => write end of our pipe
+const MARK = Vector{UInt8}("\0\x1fJJK" * string(rand(UInt64); base = 16, pad = 16) * "\x1f\0")
+const MARKS_SEEN = Dict("stdout" => 0, "stderr" => 0)
+const MARKS_SENT = Ref(0)
+const DRAINED = Condition()
+const FORWARDED = Ref(0)               # output bytes forwarded, for the buffering switch
+const BUFFERED = Ref(false)
+
+# ---- small helpers ----
+
+"""Run `f()`, ignoring its errors but never an interrupt (it must reach forward_interrupt)."""
+function quietly(f)
+    try
+        f()
+    catch e
+        e isa InterruptException && rethrow()
+    end
+    nothing
+end
+
+diag(msg...) = quietly() do
+    println(DIAG[], "jutul-jkernel server: ", msg...)
+    flush(DIAG[])
+end
+
+"""
+    guarded(f)
+
+Run `f()` until it returns `false`; an InterruptException that lands here is forwarded to the
+evaluation instead of killing this task.
+"""
+function guarded(f, name::String)
+    while true
+        try
+            f() === false && return
+        catch e
+            if e isa InterruptException
+                forward_interrupt()
+            else
+                diag("task ", name, " failed: ", sprint(showerror, e, catch_backtrace()))
+                return
+            end
+        end
+    end
+end
+
+"""
+    forward_interrupt()
+
+Deliver an interrupt to the running evaluation, or drop it when nothing runs.
+"""
+function forward_interrupt()
+    CURRENT[] == 0 && return
+    t = EVAL_TASK[]
+    if IN_USER[] && t !== current_task() && !istaskdone(t)
+        IN_USER[] = false       # a second interrupt must not be scheduled on top of this one
+        schedule(t, InterruptException(); error = true)
+    else
+        PENDING_INTERRUPT[] = true
+    end
+end
+
+function json(io::IO, x::AbstractDict)
+    print(io, '{')
+    first = true
+    for (k, v) in x
+        first || print(io, ',')
+        first = false
+        json(io, string(k))
+        print(io, ':')
+        json(io, v)
+    end
+    print(io, '}')
+end
+function json(io::IO, x::Union{AbstractVector,Tuple})
+    print(io, '[')
+    for (i, v) in enumerate(x)
+        i > 1 && print(io, ',')
+        json(io, v)
+    end
+    print(io, ']')
+end
+json(io::IO, x::Bool) = print(io, x ? "true" : "false")
+json(io::IO, x::Integer) = print(io, x)
+json(io::IO, x::AbstractFloat) = isfinite(x) ? print(io, Float64(x)) : print(io, "null")
+json(io::IO, ::Nothing) = print(io, "null")
+function json(io::IO, s::AbstractString)
+    print(io, '"')
+    for c in s
+        if !isvalid(c)
+            print(io, '\ufffd')
+        elseif c == '"'
+            print(io, "\\\"")
+        elseif c == '\\'
+            print(io, "\\\\")
+        elseif c == '\n'
+            print(io, "\\n")
+        elseif c < ' ' || c == '\x7f'
+            print(io, "\\u", string(UInt32(c); base = 16, pad = 4))
+        else
+            print(io, c)
+        end
+    end
+    print(io, '"')
+end
+json(x) = (io = IOBuffer(); json(io, x); take!(io))
+
+"""Cut `s` to at most `cap` bytes on a character boundary, saying how much was cut."""
+function capped(s::String, cap::Int = RESULT_CAP)
+    sizeof(s) <= cap && return s
+    i = thisind(s, cap - 200)
+    cut = sizeof(s) - (i - 1)
+    return string(s[1:prevind(s, i)], "\n[... ", cut, " more bytes cut: results are capped at ",
+                  cap, " bytes; print large output instead]")
+end
+
+# ---- frames ----
+
+function send_frame(kind::String, args, payload::AbstractVector{UInt8} = UInt8[])
+    io = IOBuffer()
+    print(io, kind)
+    for a in args
+        print(io, ' ', a)
+    end
+    print(io, ' ', length(payload), '\n')
+    write(io, payload)
+    buf = take!(io)
+    # One write call submits the whole frame to libuv, so frames from different tasks never
+    # interleave; SIGINT is deferred so it cannot abandon a half-submitted write.
+    disable_sigint() do
+        try
+            write(SOCK[], buf)
+        catch e
+            e isa InterruptException && rethrow()
+            diag("socket write failed (", sprint(showerror, e), "); exiting")
+            exit(0)
+        end
+    end
+    return nothing
+end
+send_frame(kind::String, args, payload::AbstractString) = send_frame(kind, args, Vector{UInt8}(payload))
+
+protocol_failure(msg) = (diag("protocol error: ", msg, "; closing the connection"); exit(86))
+
+const INCOMING = Dict("EXE" => 1, "INT" => 1, "TXT" => 1, "NIN" => 1, "QRY" => 3, "SYN" => 1)
+
+"""Parse complete frames from `buf`; return how many bytes were consumed."""
+function parse_frames!(buf::Vector{UInt8}, handle)
+    pos = 1
+    while true
+        nl = findnext(isequal(UInt8('\n')), buf, pos)
+        if nl === nothing
+            length(buf) - pos + 1 >= MAX_HEADER &&
+                protocol_failure("no header end within $MAX_HEADER bytes")
+            return pos - 1
+        end
+        nl - pos >= MAX_HEADER && protocol_failure("header longer than $MAX_HEADER bytes")
+        header = String(buf[pos:nl-1])
+        parts = split(header, ' ')
+        arity = get(INCOMING, parts[1], -1)
+        arity < 0 && protocol_failure("unknown frame kind in header $(repr(header))")
+        length(parts) == arity + 2 || protocol_failure("wrong argument count in header $(repr(header))")
+        nbytes = tryparse(Int, parts[end])
+        (nbytes === nothing || nbytes < 0 || nbytes > MAX_PAYLOAD) &&
+            protocol_failure("bad NBYTES in header $(repr(header))")
+        id = tryparse(Int, parts[2])
+        (id === nothing || id < 1) && protocol_failure("bad id in header $(repr(header))")
+        length(buf) - nl < nbytes && return pos - 1
+        payload = buf[nl+1:nl+nbytes]
+        pos = nl + nbytes + 1
+        handle(String(parts[1]), id, parts[3:end-1], payload)
+    end
+end
+
+function listen_loop()
+    buf = UInt8[]
+    sock = SOCK[]
+    guarded("listener") do
+        while true
+            data = readavailable(sock)   # one take from the buffer: an interrupt loses nothing
+            if isempty(data) && eof(sock)
+                diag("socket closed by the supervisor; exiting")
+                exit(0)
+            end
+            append!(buf, data)
+            used = disable_sigint(() -> parse_frames!(buf, handle_frame))
+            deleteat!(buf, 1:used)
+        end
+    end
+end
+
+function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
+    if kind == "EXE"
+        put!(QUEUE, (id, String(payload)))
+    elseif kind == "INT"
+        id == CURRENT[] && forward_interrupt()
+    elseif kind == "TXT" || kind == "NIN"
+        ch = INPUT_WAIT[]
+        if ch !== nothing && id == CURRENT[] && isempty(ch.data)
+            put!(ch, kind == "TXT" ? String(payload) : ErrorException(String(payload)))
+        end
+    elseif kind == "QRY"
+        op = String(args[1])
+        cursor = tryparse(Int, args[2])
+        (cursor === nothing || cursor < 0) && protocol_failure("bad cursor in QRY $id")
+        code = String(payload)
+        @async guarded("query") do
+            send_frame("ANS", (id,), json(answer_query(op, code, cursor)))
+            false
+        end
+    elseif kind == "SYN"
+        send_frame("ACK", (id,))
+    end
+end
+
+# ---- output capture ----
+
+"""
+    pump(rd, name)
+
+Forward bytes from the read end of a redirected stream as OUT frames, counting drain markers.
+"""
+function pump(rd, name::String)
+    held = UInt8[]
+    guarded("pump " * name) do
+        while true
+            chunk = readavailable(rd)
+            if isempty(chunk) && eof(rd)
+                return false
+            end
+            disable_sigint() do
+                append!(held, chunk)
+                forward_output!(held, name)
+            end
+        end
+    end
+end
+
+function forward_output!(held::Vector{UInt8}, name::String)
+    m = length(MARK)
+    start = 1
+    i = 1
+    n = length(held)
+    while true
+        z = findnext(isequal(0x00), held, i)
+        if z === nothing
+            send_output(name, held, start, n)
+            empty!(held)
+            return
+        end
+        if z + m - 1 > n
+            # a marker may be split across reads: keep its first part for the next chunk
+            if view(held, z:n) == view(MARK, 1:n-z+1)
+                send_output(name, held, start, z - 1)
+                deleteat!(held, 1:z-1)
+                return
+            end
+            i = z + 1
+        elseif view(held, z:z+m-1) == MARK
+            send_output(name, held, start, z - 1)
+            MARKS_SEEN[name] += 1
+            notify(DRAINED)
+            start = i = z + m
+        else
+            i = z + 1
+        end
+    end
+end
+
+function send_output(name::String, buf::Vector{UInt8}, from::Int, to::Int)
+    FORWARDED[] += max(0, to - from + 1)
+    name == "stderr" && from <= to && tee_stderr(view(buf, from:to))
+    while from <= to
+        upto = min(to, from + OUT_CHUNK - 1)
+        send_frame("OUT", (name,), view(buf, from:upto))
+        from = upto + 1
+    end
+end
+
+# Julia's own fatal messages go to fd 2, i.e. into our pipe, and die with the process; a copy of
+# recent stderr in the startup log gives the supervisor something to quote after a crash.
+tee_stderr(bytes) = quietly() do
+    write(DIAG[], bytes)
+    flush(DIAG[])
+end
+
+function flush_all()
+    for io in (stdout, stderr, PIPES["stdout"], PIPES["stderr"])
+        quietly(() -> flush(io))
+    end
+    Libc.flush_cstdio()
+end
+
+"""
+    drain_output()
+
+Flush every buffer and wait until the pumps forwarded everything written so far.
+"""
+function drain_output()
+    flush_all()
+    MARKS_SENT[] += 1
+    want = MARKS_SENT[]
+    for name in ("stdout", "stderr")
+        w = PIPES[name]
+        write(w, MARK)
+        flush(w)
+    end
+    deadline = time() + DRAIN_TIMEOUT
+    while MARKS_SEEN["stdout"] < want || MARKS_SEEN["stderr"] < want
+        left = deadline - time()
+        if left <= 0
+            diag("output drain timed out after ", DRAIN_TIMEOUT, " s")
+            MARKS_SEEN["stdout"] = MARKS_SEEN["stderr"] = want
+            break
+        end
+        timer = Timer(_ -> notify(DRAINED), left)
+        try
+            wait(DRAINED)
+        finally
+            close(timer)
+        end
+    end
+end
+
+function flusher_loop()
+    guarded("flusher") do
+        while true
+            CURRENT[] == 0 && wait(EVAL_STARTED)
+            before = FORWARDED[]
+            sleep(FLUSH_INTERVAL)
+            CURRENT[] == 0 && continue
+            flush_all()
+            rate = FORWARDED[] - before
+            if !BUFFERED[] && rate >= BUFFER_ON_BYTES
+                set_buffering!(true)
+            elseif BUFFERED[] && rate < BUFFER_OFF_BYTES
+                set_buffering!(false)
+            end
+        end
+    end
+end
+
+function set_buffering!(on::Bool)
+    BUFFERED[] == on && return
+    BUFFERED[] = on
+    for name in ("stdout", "stderr")
+        w = PIPES[name]
+        if on
+            Base.buffer_writes(w, STDOUT_BUFFER)
+        else
+            flush(w)
+            Base.iolock_begin()
+            w.sendbuf = nothing
+            Base.iolock_end()
+        end
+    end
+end
+
+function redirect_output!()
+    rd_out, wr_out = redirect_stdout()
+    rd_err, wr_err = redirect_stderr()
+    PIPES["stdout"] = wr_out
+    PIPES["stderr"] = wr_err
+    # The default logger captured the old stderr object: replace it.
+    global_logger(ConsoleLogger(stderr))
+    @async pump(rd_out, "stdout")
+    @async pump(rd_err, "stderr")
+end
+
+# ---- display ----
+
+struct KernelDisplay <: AbstractDisplay end
+
+const DISPLAY_COUNTER = Ref(0)
+
+"""MIME bundle of `x`: text/plain always, plus every rich type `x` can show."""
+function mime_bundle(x, only::Union{Nothing,String} = nothing)
+    data = Dict{String,Any}()
+    mimes = only === nothing ? RICH_MIMES : (only,)
+    for m in mimes
+        m == "text/plain" && continue
+        showable(MIME(m), x) || continue
+        if m in BINARY_MIMES
+            data[m] = base64encode(io -> show(io, MIME(m), x))
+        else
+            s = sprint(io -> show(io, MIME(m), x))
+            data[m] = s
+        end
+    end
+    data["text/plain"] = plain_text(x)
+    return data
+end
+
+function plain_text(x)
+    io = IOBuffer()
+    ctx = IOContext(io, :limit => true, :color => false, :displaysize => DISPLAY_SIZE,
+                    :module => Main)
+    show(ctx, MIME("text/plain"), x)
+    return String(take!(io))
+end
+
+"""Send a display message of the running (or last) evaluation, after the output before it."""
+function send_display(msg::Dict{String,Any})
+    id = CURRENT[] == 0 ? LAST_ID[] : CURRENT[]
+    id == 0 && return
+    payload = json(msg)
+    if length(payload) > RICH_CAP
+        data = msg["data"]
+        msg["data"] = Dict{String,Any}("text/plain" => capped(get(data, "text/plain", ""),
+            RESULT_CAP) * "\n[rich output of $(length(payload)) bytes dropped: over $RICH_CAP]")
+        payload = json(msg)
+    end
+    server_section() do
+        drain_output()
+        send_frame("DSP", (id,), payload)
+    end
+end
+
+"""Run `f` with interrupts held back; an interrupt that arrived meanwhile is thrown after."""
+function server_section(f)
+    was = IN_USER[]
+    IN_USER[] = false
+    try
+        disable_sigint(f)
+    finally
+        IN_USER[] = was
+    end
+    if was && PENDING_INTERRUPT[]
+        PENDING_INTERRUPT[] = false
+        throw(InterruptException())
+    end
+end
+
+function display_message(x, mime, display_id, update::Bool)
+    data = mime === nothing ? mime_bundle(x) : mime_bundle(x, string(mime))
+    msg = Dict{String,Any}("data" => data, "metadata" => Dict{String,Any}(), "update" => update)
+    display_id === nothing || (msg["transient"] = Dict{String,Any}("display_id" => string(display_id)))
+    send_display(msg)
+end
+
+Base.display(::KernelDisplay, x) = (display_message(x, nothing, nothing, false); nothing)
+Base.display(::KernelDisplay, m::MIME, x) = (display_message(x, m, nothing, false); nothing)
+Base.display(d::KernelDisplay, m::AbstractString, x) = display(d, MIME(m), x)
+Base.displayable(::KernelDisplay, ::MIME) = true
+
+"""
+    JKernel.display(x; display_id=nothing, mime=nothing) -> display_id
+
+Show `x` in the running cell, tagged with `display_id` (a fresh one if `true`) so that
+[`update_display`](@ref) can replace it later.
+See https://jupyter-client.readthedocs.io/en/latest/messaging.html#display-data
+"""
+function display(x; display_id = nothing, mime = nothing)
+    if display_id === true
+        DISPLAY_COUNTER[] += 1
+        display_id = string("jkernel-", getpid(), "-", DISPLAY_COUNTER[])
+    end
+    display_message(x, mime, display_id, false)
+    return display_id
+end
+
+"""
+    JKernel.update_display(x; display_id, mime=nothing)
+
+Replace what an earlier `JKernel.display(...; display_id)` showed, wherever it is.
+"""
+update_display(x; display_id, mime = nothing) =
+    (display_message(x, mime, string(display_id), true); nothing)
+
+"""
+    JKernel.clear_output(wait=false)
+
+Clear the output of the running cell; with `wait=true`, only when new output arrives.
+"""
+function clear_output(wait::Bool = false)
+    id = CURRENT[] == 0 ? LAST_ID[] : CURRENT[]
+    id == 0 && return
+    server_section() do
+        drain_output()
+        send_frame("CLR", (id, wait ? 1 : 0))
+    end
+    nothing
+end
+
+# ---- stdin ----
+
+mutable struct KernelStdin <: IO
+    buf::IOBuffer
+end
+
+"""
+    JKernel.input(prompt=""; password=false) -> String
+
+Ask the frontend for one line (Jupyter's input_request); `readline()` does the same.
+"""
+function input(prompt::AbstractString = ""; password::Bool = false)
+    id = CURRENT[]
+    id == 0 && error("stdin can only be read while a cell runs")
+    ch = Channel{Any}(1)
+    server_section() do
+        drain_output()
+        INPUT_WAIT[] = ch
+        send_frame("INP", (id, password ? 1 : 0), String(prompt))
+    end
+    reply = try
+        take!(ch)
+    finally
+        INPUT_WAIT[] = nothing
+    end
+    reply isa Exception && throw(reply)
+    return reply::String
+end
+
+function fill_line!(io::KernelStdin)
+    bytesavailable(io.buf) > 0 && return
+    line = input()
+    write(io.buf, line, '\n')
+    nothing
+end
+Base.eof(io::KernelStdin) = (fill_line!(io); false)
+Base.isopen(::KernelStdin) = true
+Base.bytesavailable(io::KernelStdin) = bytesavailable(io.buf)
+Base.read(io::KernelStdin, ::Type{UInt8}) = (fill_line!(io); read(io.buf, UInt8))
+Base.readavailable(io::KernelStdin) = (fill_line!(io); take!(io.buf))
+function Base.readline(io::KernelStdin; keep::Bool = false)
+    fill_line!(io)
+    return readline(io.buf; keep = keep)
+end
+
+# ---- evaluation ----
+
+mutable struct Backend
+    backend_task::Task
+    in_eval::Bool
+    ast_transforms::Vector{Any}   # honoured like the REPL's (Revise pushes to it)
+end
+const BACKEND = Ref{Backend}()
+
+"""
+    install_interrupt_sink!()
+
+An interrupt that lands in a finished task reaches `Base.task_done_hook`, which hands it to
+`Base.active_repl_backend.backend_task` when `in_eval` is set, and otherwise kills the process
+("fatal: error thrown and no exception handler available"). Point it at a task that waits
+forever and forwards what it receives.
+"""
+function install_interrupt_sink!()
+    sink = @async while true
+        try
+            wait()
+        catch e
+            e isa InterruptException ? forward_interrupt() :
+                diag("interrupt sink got ", sprint(showerror, e))
+        end
+    end
+    BACKEND[] = Backend(sink, true, Any[])
+    try
+        Core.eval(Base, :(active_repl_backend = $(BACKEND[])))
+    catch e
+        diag("could not install the interrupt sink: ", sprint(showerror, e))
+    end
+end
+
+function parse_cell(code::String, filename::String)
+    @static if isdefined(Base, :parse_input_line)
+        return Base.parse_input_line(code; filename = filename)
+    else
+        return Meta.parseall(code; filename = filename)
+    end
+end
+
+ends_with_semicolon(code::String) = REPL.ends_with_semicolon(code)
+
+is_interrupt(e) = e isa InterruptException ||
+    (e isa TaskFailedException && is_interrupt(e.task.exception)) ||
+    (e isa LoadError && is_interrupt(e.error))
+
+"""The frames of `bt` that belong to the user's code, without the server's own."""
+function user_backtrace(bt)
+    frames = stacktrace(bt)
+    here = @__FILE__
+    cut = findfirst(f -> string(f.file) == here, frames)
+    cut === nothing || (frames = frames[1:cut-1])
+    # a syntax error has no frames of its own, only a "top-level scope at none:1"
+    filter!(f -> f.file !== :none, frames)
+    while !isempty(frames) && frames[end].func === :eval && endswith(string(frames[end].file), "boot.jl")
+        pop!(frames)
+    end
+    return frames
+end
+
+function error_report(e, bt)
+    # The fallback chain stops at interrupts: the caller reports those as such.
+    ename = try
+        string(nameof(typeof(e)))
+    catch err
+        is_interrupt(err) && rethrow()
+        "Error"
+    end
+    evalue = try
+        sprint(showerror, e; context = :color => false)
+    catch err
+        is_interrupt(err) && rethrow()
+        try
+            sprint(show, e)
+        catch err2
+            is_interrupt(err2) && rethrow()
+            ename
+        end
+    end
+    full = try
+        frames = user_backtrace(bt)
+        sprint(; context = :color => false) do io
+            showerror(io, e)
+            isempty(frames) || Base.show_backtrace(io, frames)
+        end
+    catch err
+        is_interrupt(err) && rethrow()
+        string(ename, ": ", evalue)
+    end
+    return ename, evalue, full
+end
+
+function evaluate(id::Int, code::String)
+    CURRENT[] = id
+    LAST_ID[] = id
+    PENDING_INTERRUPT[] = false
+    notify(EVAL_STARTED)
+    status = "ok"
+    text = ""
+    rich = nothing
+    report = nothing
+    try
+        IN_USER[] = true
+        ast = parse_cell(code, "In[$id]")
+        for f in BACKEND[].ast_transforms
+            ast = Base.invokelatest(f, ast)
+        end
+        value = Core.eval(Main, ast)
+        if value !== nothing && !ends_with_semicolon(code)
+            data = Base.invokelatest(mime_bundle, value)
+            text = data["text/plain"]
+            length(data) > 1 && (rich = data)
+        end
+        IN_USER[] = false
+    catch e
+        IN_USER[] = false
+        bt = catch_backtrace()
+        status = is_interrupt(e) ? "int" : "err"
+        report = try
+            IN_USER[] = true
+            r = Base.invokelatest(error_report, e, bt)
+            IN_USER[] = false
+            r
+        catch e2
+            IN_USER[] = false
+            is_interrupt(e2) ? ("InterruptException", "", "InterruptException:") :
+                ("Error", "", "error while showing an error")
+        end
+    end
+    disable_sigint() do
+        drain_output()
+        set_buffering!(false)
+        if report !== nothing
+            ename, evalue, full = report
+            tb = split(full, '\n')
+            send_frame("ERR", (id,), json(Dict("ename" => ename, "evalue" => capped(evalue),
+                                               "traceback" => split(capped(full), '\n'))))
+            text = full
+        elseif rich !== nothing
+            payload = json(Dict("data" => rich, "metadata" => Dict{String,Any}()))
+            length(payload) <= RICH_CAP && send_frame("VAL", (id,), payload)
+        end
+        CURRENT[] = 0
+        PENDING_INTERRUPT[] = false
+        send_frame("RES", (id, status), capped(text))
+    end
+end
+
+function eval_loop()
+    guarded("eval") do
+        while true
+            id, code = take!(QUEUE)
+            evaluate(id, code)
+        end
+    end
+end
+
+# ---- queries: completion, inspection, is_complete ----
+
+"""Byte index of the cursor after `cursor` code points of `code` (0 at the start)."""
+cursor_index(code::String, cursor::Int) =
+    cursor <= 0 ? 0 : min(nextind(code, 0, min(cursor, length(code))), lastindex(code))
+
+function answer_query(op::String, code::String, cursor::Int)
+    cursor = min(cursor, length(code))
+    if op == "complete"
+        pos = cursor_index(code, cursor)
+        comps, range, _ = REPL.REPLCompletions.completions(code, pos)
+        matches = unique!([REPL.REPLCompletions.completion_text(c) for c in comps])
+        start = isempty(range) && first(range) > pos ? cursor :
+            length(code, 1, prevind(code, first(range)))
+        return Dict("matches" => matches, "cursor_start" => start, "cursor_end" => cursor)
+    elseif op == "inspect"
+        name = identifier_at(code, cursor)
+        isempty(name) && return Dict("found" => false)
+        md = try
+            Core.eval(Main, REPL.helpmode(IOBuffer(), name))
+        catch err
+            err isa InterruptException && rethrow()
+            return Dict("found" => false)
+        end
+        plain = sprint(show, MIME("text/plain"), md; context = :color => false)
+        found = !startswith(lstrip(plain), "No documentation found")
+        data = Dict("text/plain" => plain, "text/markdown" => sprint(show, MIME("text/markdown"), md))
+        return Dict("found" => found, "data" => data)
+    elseif op == "is_complete"
+        ex = parse_cell(code, "cell")
+        if ex isa Expr && ex.head === :incomplete
+            return Dict("status" => "incomplete", "indent" => next_indent(code))
+        elseif ex isa Expr && (ex.head === :error || ex.head === :toplevel &&
+                                any(a -> a isa Expr && a.head in (:error, :incomplete), ex.args))
+            any(a -> a isa Expr && a.head === :incomplete, ex.args) &&
+                return Dict("status" => "incomplete", "indent" => next_indent(code))
+            return Dict("status" => "invalid")
+        end
+        return Dict("status" => "complete")
+    end
+    return Dict("error" => "unknown query $(repr(op))")
+end
+
+is_ident_char(c::Char) = Base.is_id_char(c) || c == '.' || c == '!' || c == '@'
+
+function identifier_at(code::String, cursor::Int)
+    chars = collect(code)
+    lo = cursor
+    while lo > 0 && is_ident_char(chars[lo])
+        lo -= 1
+    end
+    hi = cursor
+    while hi < length(chars) && is_ident_char(chars[hi+1])
+        hi += 1
+    end
+    return strip(String(chars[lo+1:hi]), '.')
+end
+
+const BLOCK_OPENERS = r"^\s*(function|macro|module|baremodule|struct|mutable struct|abstract type|primitive type|if|elseif|else|for|while|let|begin|quote|try|catch|finally|do)\b|\b(do|begin)\s*(\|[^|]*\|)?\s*$|[\(\[\{,=]\s*$"
+
+function next_indent(code::String)
+    lines = [l for l in split(code, '\n') if !isempty(strip(l))]
+    isempty(lines) && return ""
+    last = lines[end]
+    base = last[1:prevind(last, something(findfirst(c -> !isspace(c), last), 1))]
+    return occursin(BLOCK_OPENERS, last) ? base * "    " : base
+end
+
+# ---- start-up ----
+
+function watch_parent!()
+    @static if Sys.islinux()
+        # PR_SET_PDEATHSIG: the kernel kills us when the process that started us dies, even if
+        # a cell never yields (a SIGKILLed supervisor runs no cleanup code).
+        ccall(:prctl, Cint, (Cint, Culong, Culong, Culong, Culong), 1, 9, 0, 0, 0)
+        ccall(:getppid, Cint, ()) == 1 && exit(0)   # parent already gone before prctl
+    end
+    nothing
+end
+
+function main(args = ARGS)
+    Base.exit_on_sigint(false)
+    DIAG[] = stderr
+    length(args) == 1 || (diag("usage: julia server.jl <port>"); exit(2))
+    port = tryparse(Int, args[1])
+    port === nothing && (diag("bad port ", repr(args[1])); exit(2))
+    token = get(ENV, "JUTUL_JKERNEL_TOKEN", "")
+    isempty(token) && (diag("JUTUL_JKERNEL_TOKEN is not set"); exit(2))
+    delete!(ENV, "JUTUL_JKERNEL_TOKEN")   # user code and child processes must not see it
+    watch_parent!()
+    sock = connect(ip"127.0.0.1", port)
+    Sockets.nagle(sock, false)
+    SOCK[] = sock
+
+    redirect_output!()
+    Core.eval(Base, :(stdin = $(KernelStdin(IOBuffer()))))
+    pushdisplay(KernelDisplay())
+    install_interrupt_sink!()
+    EVAL_TASK[] = @async eval_loop()
+    @async flusher_loop()
+
+    send_frame("RDY", (token,))
+    send_frame("INF", (), json(Dict("julia_version" => string(VERSION), "pid" => getpid(),
+                                    "threads" => Threads.nthreads())))
+    listener = @async listen_loop()
+    guarded("main") do
+        wait(listener)
+        false
+    end
+    exit(0)
+end
+
+end # module JKernel
+
+if abspath(PROGRAM_FILE) == @__FILE__
+    JKernel.main()
+end

@@ -1,0 +1,52 @@
+"""Locate the files the package ships beside its Python code: ``server.jl`` and the kernelspec.
+
+This is the one place that knows where they live. A wheel carries them inside the package
+(``jutul_jkernel/julia/server.jl``, ``jutul_jkernel/kernelspec/``, force-included by
+pyproject.toml); an editable install imports from the checkout, where they sit at the repository
+root (``julia/server.jl``, ``kernelspec/``). Each lookup tries the packaged location first, then the
+checkout, and raises :class:`FileNotFoundError` naming both paths when neither exists.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+# <repo>/jutul_jkernel/_resources.py -> <repo>: where an editable install keeps the data files.
+_CHECKOUT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _packaged(*parts: str) -> Path | None:
+    """Return the packaged location of ``parts``, or None if the package is not on a filesystem."""
+    location = files("jutul_jkernel")
+    for part in parts:  # one step at a time: Python 3.10's zip Traversable takes one name
+        location = location / part
+    # A zip import yields a zipfile.Path, which no subprocess or copytree can use.
+    return location if isinstance(location, Path) else None
+
+
+def _locate(parts: tuple[str, ...], *, is_dir: bool) -> Path:
+    """Return the first existing of the packaged and the checkout location of ``parts``."""
+    packaged = _packaged(*parts)
+    checkout = _CHECKOUT_ROOT.joinpath(*parts)
+    for candidate in (packaged, checkout):
+        if candidate is not None and (candidate.is_dir() if is_dir else candidate.is_file()):
+            return candidate
+    what = "directory" if is_dir else "file"
+    tried = str(packaged) if packaged is not None else "the package (not on a filesystem)"
+    msg = (
+        f"jutul_jkernel's {what} {'/'.join(parts)} is missing: tried {tried} (installed package)"
+        f" and {checkout} (source checkout). Reinstall jutul-jkernel, or run from a complete"
+        " checkout."
+    )
+    raise FileNotFoundError(msg)
+
+
+def server_script() -> Path:
+    """Return the path of ``server.jl``, the Julia end of the protocol."""
+    return _locate(("julia", "server.jl"), is_dir=False)
+
+
+def kernelspec_dir() -> Path:
+    """Return the directory holding the kernel.json template and the logos."""
+    return _locate(("kernelspec",), is_dir=True)

@@ -1,0 +1,432 @@
+"""Install the "Julia (supervised)" kernelspec: ``python -m jutul_jkernel.install``.
+
+This module takes the packaged template (``kernelspec/kernel.json`` and the logos, found by
+:mod:`jutul_jkernel._resources`) and turns it into an installed kernelspec. Every spec it installs
+starts the interpreter that ran the installer (``argv[0]`` is the absolute ``sys.executable``),
+and every Julia setting goes into the spec's ``env`` (``JUTUL_JKERNEL_JULIA``,
+``JUTUL_JKERNEL_THREADS``, ``JUTUL_JKERNEL_JULIA_ARGS``), where the kernel reads it at start-up.
+This module never works out Jupyter's data directories itself: ``KernelSpecManager`` picks the
+directory from ``--user``, ``--sys-prefix`` or ``--prefix``, as bash_kernel's installer does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from jupyter_client.kernelspec import KernelSpecManager
+
+from jutul_jkernel._resources import kernelspec_dir
+
+_DEFAULT_NAME = "julia-supervised"
+_DEFAULT_DISPLAY_NAME = "Julia (supervised)"
+_LOGOS = ("logo-32x32.png", "logo-64x64.png")
+
+_ENV_JULIA = "JUTUL_JKERNEL_JULIA"
+_ENV_THREADS = "JUTUL_JKERNEL_THREADS"
+_ENV_JULIA_ARGS = "JUTUL_JKERNEL_JULIA_ARGS"
+
+# Julia 1.5 starts in well under a second here, but a first run on a cold disk or a
+# large custom sysimage can take much longer; a minute only catches a julia that hangs.
+_CHECK_TIMEOUT = 60.0
+_STDERR_TAIL_LINES = 15
+
+# A key that a POSIX shell would accept as a variable name.
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# What jupyter_client accepts as a kernel name (kernelspec._kernel_name_pat, case-insensitive).
+_KERNEL_NAME = re.compile(r"[a-z0-9._-]+", re.IGNORECASE)
+
+_EXIT_NOT_INSTALLED = 1
+_EXIT_JULIA_CHECK_FAILED = 2
+
+_HOW_TO_GET_JULIA = (
+    "Install Julia (https://julialang.org/install/, e.g. with juliaup) or pass --julia PATH\n"
+    "naming a working julia executable; in a checkout of this project, `make setup` installs\n"
+    "one. Use --no-check to install the kernelspec without checking Julia."
+)
+
+
+class JuliaCheckError(Exception):
+    """The julia the kernel would start did not run ``print(VERSION)``."""
+
+
+@dataclass(frozen=True)
+class _JuliaChoice:
+    """The julia to check, where it came from, and whether the spec pins it (``--julia``)."""
+
+    command: str
+    source: str
+    pinned: bool
+
+
+# ---- command line ----
+
+
+def _positive_threads(text: str) -> str:
+    """Accept a positive integer or ``auto``, the values Julia's ``--threads`` takes."""
+    if text == "auto":
+        return text
+    if re.fullmatch(r"[0-9]+", text) and int(text) > 0:
+        return str(int(text))
+    msg = f"expected a positive integer or 'auto', got {text!r}"
+    raise argparse.ArgumentTypeError(msg)
+
+
+def _env_assignment(text: str) -> tuple[str, str]:
+    """Split ``KEY=VALUE``; the key must be a valid variable name."""
+    key, sep, value = text.partition("=")
+    if not sep or not _ENV_KEY.fullmatch(key):
+        msg = f"{text!r} is not KEY=VALUE with KEY a variable name (letters, digits, _)"
+        raise argparse.ArgumentTypeError(msg)
+    return key, value
+
+
+def _split_julia_args(text: str) -> list[str]:
+    """Split ``--julia-args`` the way a POSIX shell would."""
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        msg = f"cannot split {text!r} into arguments: {exc}"
+        raise argparse.ArgumentTypeError(msg) from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jutul-jkernel-install",
+        description="Install (or remove) the 'Julia (supervised)' Jupyter kernelspec.",
+        epilog=(
+            "Examples:\n"
+            "  python -m jutul_jkernel.install --sys-prefix --threads auto\n"
+            "  python -m jutul_jkernel.install --julia ~/.juliaup/bin/julia --project .\n"
+            "  python -m jutul_jkernel.install --julia-args='-O3 --check-bounds=no'\n"
+            "  python -m jutul_jkernel.install --uninstall"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--user",
+        action="store_true",
+        help="install for the current user (the default)",
+    )
+    where.add_argument(
+        "--sys-prefix",
+        action="store_true",
+        help="install into this Python environment (sys.prefix), e.g. a venv or conda env",
+    )
+    where.add_argument(
+        "--prefix",
+        metavar="DIR",
+        help="install into DIR/share/jupyter/kernels (Jupyter finds it with JUPYTER_PATH)",
+    )
+    parser.add_argument(
+        "--name",
+        default=_DEFAULT_NAME,
+        help=f"kernelspec name, as in `jupyter console --kernel NAME` (default: {_DEFAULT_NAME})",
+    )
+    parser.add_argument(
+        "--display-name",
+        default=_DEFAULT_DISPLAY_NAME,
+        help=f"name shown in the notebook UI (default: {_DEFAULT_DISPLAY_NAME!r})",
+    )
+    parser.add_argument(
+        "--julia",
+        metavar="PATH",
+        help="julia executable to run (default: `julia` on PATH when the kernel starts)",
+    )
+    parser.add_argument(
+        "--threads",
+        metavar="N",
+        type=_positive_threads,
+        help="Julia threads: a positive integer or 'auto'",
+    )
+    parser.add_argument(
+        "--project",
+        metavar="DIR",
+        help="Julia project (environment) to activate, passed as --project=<absolute DIR>",
+    )
+    parser.add_argument(
+        "--julia-args",
+        metavar="ARGS",
+        type=_split_julia_args,
+        action="append",
+        default=[],
+        help="extra julia command-line arguments, split like a shell would; "
+        "write --julia-args='-O3' when ARGS starts with a dash",
+    )
+    parser.add_argument(
+        "--env",
+        metavar="KEY=VALUE",
+        type=_env_assignment,
+        action="append",
+        default=[],
+        help="extra environment variable for the kernel (repeatable)",
+    )
+    parser.add_argument(
+        "--uninstall",
+        action="store_true",
+        help="remove the kernelspec called --name instead of installing it",
+    )
+    parser.add_argument(
+        "--no-check",
+        action="store_true",
+        help="do not check that julia runs before installing",
+    )
+    return parser
+
+
+# ---- Julia ----
+
+
+def _choose_julia(julia: str | None) -> _JuliaChoice:
+    """Return the julia to check; ``--julia`` becomes an absolute path the spec pins."""
+    if julia is None:
+        # Not pinned: the kernel looks julia up when it starts, so check what it would find now.
+        from_env = os.environ.get(_ENV_JULIA)
+        if from_env:
+            return _JuliaChoice(from_env, f"${_ENV_JULIA}", pinned=False)
+        return _JuliaChoice(shutil.which("julia") or "julia", "PATH", pinned=False)
+    if os.sep in julia or (os.altsep is not None and os.altsep in julia):
+        # abspath, not resolve: juliaup's `julia` is a launcher whose symlink must stay intact.
+        return _JuliaChoice(os.path.abspath(os.path.expanduser(julia)), "--julia", pinned=True)
+    found = shutil.which(julia)
+    # A bare name not on PATH stays bare: the check then fails naming it.
+    command = os.path.abspath(found) if found is not None else julia
+    return _JuliaChoice(command, "--julia, looked up on PATH", pinned=True)
+
+
+def _describe_exit(returncode: int) -> str:
+    """Return how a process ended, naming the signal when it was killed."""
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
+def _tail(text: str) -> str:
+    lines = text.strip().splitlines()[-_STDERR_TAIL_LINES:]
+    return "\n".join(f"    {line}" for line in lines) if lines else "    (no output on stderr)"
+
+
+def check_julia(julia: str, julia_args: Sequence[str] = ()) -> str:
+    """Run ``print(VERSION)`` with ``julia`` and return the version it prints.
+
+    ``julia_args`` go on the command line too, so a mistyped flag fails here rather than at
+    every kernel start.
+    """
+    command = [julia, "--startup-file=no", *julia_args, "-e", "print(VERSION)"]
+    try:
+        done = subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=_CHECK_TIMEOUT,
+            check=False,
+        )
+    except OSError as exc:
+        msg = f"could not run {julia}: {exc.strerror or exc}."
+        raise JuliaCheckError(msg) from None
+    except subprocess.TimeoutExpired as exc:
+        # On POSIX the partial output arrives as bytes even with text=True.
+        stderr = exc.stderr or ""
+        if isinstance(stderr, bytes):
+            stderr = stderr.decode(errors="replace")
+        msg = (
+            f"{shlex.join(command)} did not finish within {_CHECK_TIMEOUT:.0f} s; "
+            f"its stderr ended with:\n{_tail(stderr)}"
+        )
+        raise JuliaCheckError(msg) from None
+    version = done.stdout.strip()
+    if done.returncode != 0 or not version:
+        msg = (
+            f"{shlex.join(command)} {_describe_exit(done.returncode)}"
+            f"{'' if done.returncode else ' without printing a version'}; "
+            f"its stderr ended with:\n{_tail(done.stderr)}"
+        )
+        raise JuliaCheckError(msg)
+    return version
+
+
+# ---- kernelspec ----
+
+
+def _kernel_env(args: argparse.Namespace, julia: _JuliaChoice) -> dict[str, str]:
+    """Collect the ``env`` entries the kernel reads its Julia settings from."""
+    env: dict[str, str] = {}
+    if julia.pinned:
+        env[_ENV_JULIA] = julia.command
+    if args.threads is not None:
+        env[_ENV_THREADS] = args.threads
+    julia_args = _julia_args(args)
+    if julia_args:
+        env[_ENV_JULIA_ARGS] = shlex.join(julia_args)
+    env.update(args.env)  # _env_conflict already refused keys the options above own
+    return env
+
+
+def _env_conflict(args: argparse.Namespace) -> str | None:
+    """Return an error if an ``--env`` key is also set by its own option, else None."""
+    owned = {
+        _ENV_JULIA: "--julia" if args.julia is not None else None,
+        _ENV_THREADS: "--threads" if args.threads is not None else None,
+        _ENV_JULIA_ARGS: "--project/--julia-args" if _julia_args(args) else None,
+    }
+    for key, _ in args.env:
+        if owned.get(key):
+            return f"--env {key}=... conflicts with {owned[key]}; give one of them"
+    return None
+
+
+def _julia_args(args: argparse.Namespace) -> list[str]:
+    extra: list[str] = []
+    if args.project is not None:
+        extra.append(f"--project={os.path.abspath(os.path.expanduser(args.project))}")
+    for chunk in args.julia_args:
+        extra.extend(chunk)
+    return extra
+
+
+def _write_spec(target: Path, display_name: str, env: dict[str, str]) -> None:
+    """Write kernel.json and the logos into ``target``, starting from the packaged template."""
+    template = kernelspec_dir()
+    spec = json.loads((template / "kernel.json").read_text(encoding="utf-8"))
+    spec["argv"][0] = os.path.abspath(sys.executable)
+    spec["display_name"] = display_name
+    spec["env"] = {**spec.get("env", {}), **env}
+    (target / "kernel.json").write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
+    for logo in _LOGOS:
+        shutil.copyfile(template / logo, target / logo)
+
+
+def _location(args: argparse.Namespace) -> tuple[bool, str | None, str]:
+    """Return ``(user, prefix, description)`` for KernelSpecManager; --user when none given."""
+    if args.prefix is not None:
+        return False, args.prefix, f"--prefix {args.prefix}"
+    if args.sys_prefix:
+        return False, sys.prefix, f"--sys-prefix ({sys.prefix})"
+    return True, None, "--user"
+
+
+def _install(args: argparse.Namespace) -> int:
+    julia = _choose_julia(args.julia)
+    julia_args = _julia_args(args)
+    version: str | None = None
+    if not args.no_check:
+        try:
+            version = check_julia(julia.command, julia_args)
+        except JuliaCheckError as exc:
+            blame_args = (
+                "\nIf that julia works on its own, the arguments from --project/--julia-args"
+                " are at fault."
+                if julia_args
+                else ""
+            )
+            print(
+                f"error: checking Julia failed; nothing installed.\n"
+                f"  tried: {julia.command} (from {julia.source})\n"
+                f"  what happened: {exc}\n\n{_HOW_TO_GET_JULIA}{blame_args}",
+                file=sys.stderr,
+            )
+            return _EXIT_JULIA_CHECK_FAILED
+    elif julia.pinned and not os.path.isabs(julia.command):
+        print(f"warning: {julia.command!r} is not on PATH now; the kernelspec keeps the bare name.")
+    if args.project is not None and not os.path.isdir(os.path.expanduser(args.project)):
+        print(
+            f"note: project directory {args.project} does not exist yet; Julia will start "
+            "with an empty environment there."
+        )
+
+    user, prefix, where = _location(args)
+    manager = KernelSpecManager()
+    with tempfile.TemporaryDirectory(prefix="jutul-jkernel-spec-") as tmp:
+        _write_spec(Path(tmp), args.display_name, _kernel_env(args, julia))
+        # No replace=: jupyter_client 8 always replaces and warns (DeprecationWarning) if given.
+        try:
+            destination = manager.install_kernel_spec(
+                tmp, kernel_name=args.name, user=user, prefix=prefix
+            )
+        except PermissionError as exc:
+            print(
+                f"error: cannot write the kernelspec ({where}): {exc}\n"
+                "Install for yourself with --user, or into this environment with --sys-prefix.",
+                file=sys.stderr,
+            )
+            return 1
+
+    print(f"Installed kernelspec {args.name!r} ({args.display_name}) in {destination} [{where}]")
+    if version is not None:
+        print(f"Julia {version} found at {julia.command}")
+    else:
+        print(f"Julia not checked (--no-check); the kernel will run {julia.command}")
+    if not julia.pinned:
+        print(
+            f"No --julia given: the kernel runs the julia it finds (${_ENV_JULIA}, else PATH) "
+            "when it starts."
+        )
+    if os.path.dirname(destination) not in manager.kernel_dirs:
+        print(
+            f"note: Jupyter does not search {os.path.dirname(destination)}; add "
+            f"{os.path.dirname(os.path.dirname(destination))} to JUPYTER_PATH to use it."
+        )
+    print(f"Start it with: jupyter console --kernel {args.name}")
+    return 0
+
+
+def _uninstall(args: argparse.Namespace) -> int:
+    manager = KernelSpecManager()
+    name = args.name
+    spec_dir = manager.find_kernel_specs().get(name)
+    if spec_dir is None:
+        print(
+            f"error: no kernelspec named {name!r} is installed; Jupyter searched:\n  "
+            + "\n  ".join(manager.kernel_dirs),
+            file=sys.stderr,
+        )
+        return _EXIT_NOT_INSTALLED
+    user, prefix, where = _location(args)
+    explicit = args.user or args.sys_prefix or args.prefix is not None
+    root = manager.user_kernel_dir if user else os.path.abspath(prefix or sys.prefix)
+    if explicit and not Path(spec_dir).resolve().is_relative_to(Path(root).resolve()):
+        print(
+            f"error: the kernelspec {name!r} Jupyter finds is {spec_dir}, which is not under "
+            f"{where}; nothing removed.",
+            file=sys.stderr,
+        )
+        return _EXIT_NOT_INSTALLED
+    removed = manager.remove_kernel_spec(name)
+    print(f"Removed kernelspec {name!r} from {removed}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Install or remove the kernelspec as the command line asks; return the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not _KERNEL_NAME.fullmatch(args.name):
+        parser.error(f"--name {args.name!r}: use only letters, digits, '.', '_' and '-'")
+    args.name = args.name.lower()  # as jupyter_client stores and finds it
+    if args.uninstall:
+        return _uninstall(args)
+    conflict = _env_conflict(args)
+    if conflict is not None:
+        parser.error(conflict)
+    return _install(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

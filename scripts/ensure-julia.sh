@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Make sure a Julia the kernel can use is on this machine.
+#
+# Debian bookworm has no julia package; bullseye's julia 1.5.3 installs cleanly on it, using a
+# private apt sources file so the system's own sources stay untouched (see
+# ../shared/notes/julia-platform.md). libunwind8 must be bullseye's 1.3.2: with bookworm's 1.6.2,
+# Julia 1.5.3 segfaults while collecting an InterruptException's backtrace.
+# Elsewhere we only explain what to do: installing Julia is the user's choice (juliaup).
+set -euo pipefail
+
+julia_bin="${JUTUL_JKERNEL_JULIA:-julia}"
+
+unwind_ok() {
+    # Only Debian's 1.5.3 build needs the old libunwind.
+    command -v dpkg-query >/dev/null 2>&1 || return 0
+    local v
+    v=$(dpkg-query -W -f='${Version}' libunwind8 2>/dev/null || true)
+    [ -z "$v" ] || [ "$v" = "1.3.2-2" ] || ! dpkg-query -W julia >/dev/null 2>&1
+}
+
+if command -v "$julia_bin" >/dev/null 2>&1 && unwind_ok; then
+    exit 0
+fi
+
+if [ ! -r /etc/os-release ] || ! grep -qiE '^(ID|ID_LIKE)=.*debian' /etc/os-release \
+        || ! command -v apt-get >/dev/null 2>&1; then
+    echo "error: '$julia_bin' was not found on PATH and this is not a Debian-family machine." >&2
+    echo "Install Julia 1.6 or newer with juliaup (https://julialang.org/install/), or set" >&2
+    echo "JUTUL_JKERNEL_JULIA to the julia executable you want the kernel to use." >&2
+    exit 1
+fi
+
+sudo=""
+if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null 2>&1 || { echo "error: installing Julia needs root (or sudo)." >&2; exit 1; }
+    sudo="sudo"
+fi
+
+src=/etc/apt/sources.list.d/debian.sources
+if [ ! -r "$src" ]; then
+    echo "error: $src not found; cannot derive a bullseye source for Debian's julia package." >&2
+    echo "Install Julia yourself (juliaup) or set JUTUL_JKERNEL_JULIA." >&2
+    exit 1
+fi
+
+D=$(mktemp -d)
+trap 'rm -rf "$D"' EXIT
+mkdir -p "$D/lists/partial"
+{
+    cat "$src"
+    echo
+    # The first stanza again, with bullseye as its only suite.
+    awk 'BEGIN{RS=""; ORS="\n\n"} NR==1{print; exit}' "$src" | sed -E 's/^Suites:.*/Suites: bullseye/'
+} > "$D/all.sources"
+
+A=(-o "Dir::Etc::sourcelist=$D/all.sources" -o Dir::Etc::sourceparts=/dev/null -o "Dir::State::Lists=$D/lists")
+echo "Installing Debian bullseye's julia (1.5.3) and libunwind8 1.3.2 ..." >&2
+$sudo apt-get "${A[@]}" -q update >&2
+DEBIAN_FRONTEND=noninteractive $sudo apt-get "${A[@]}" -q install -y --no-install-recommends julia >&2
+DEBIAN_FRONTEND=noninteractive $sudo apt-get "${A[@]}" -q install -y --allow-downgrades libunwind8=1.3.2-2 >&2
+$sudo apt-mark hold libunwind8 >/dev/null  # a later upgrade would bring the crash back
+julia --version

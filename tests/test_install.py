@@ -1,0 +1,428 @@
+"""The kernelspec installer: what it writes, where, and how it refuses bad input.
+
+Every install goes to a temporary prefix that ``JUPYTER_PATH`` points at, and ``JUPYTER_DATA_DIR``
+is redirected too, so no test can read or write the user's own kernelspecs. Tests that check Julia
+run the real ``julia`` on PATH: a missing Julia is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import struct
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+from jutul_jkernel import install
+from jutul_jkernel._resources import kernelspec_dir
+
+NAME = "julia-supervised"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+_SUBPROCESS_TIMEOUT = 60.0
+
+
+@pytest.fixture
+def prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Return an install prefix Jupyter searches; the user data dir is redirected beside it."""
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "share" / "jupyter"))
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "user-data"))
+    monkeypatch.delenv("JUTUL_JKERNEL_JULIA", raising=False)
+    assert KernelSpecManager().user_kernel_dir.startswith(str(tmp_path))
+    yield tmp_path
+
+
+@pytest.fixture
+def julia() -> str:
+    """Return the absolute path of the real julia on PATH."""
+    found = shutil.which("julia")
+    assert found is not None, "julia is not on PATH; `make setup` installs one"
+    return os.path.abspath(found)
+
+
+def run_install(prefix: Path, *args: str) -> int:
+    return install.main(["--prefix", str(prefix), *args])
+
+
+def installed_spec(name: str = NAME) -> dict[str, object]:
+    """Return the kernel.json Jupyter finds for ``name`` (via KernelSpecManager)."""
+    spec = KernelSpecManager().get_kernel_spec(name)
+    text = (Path(spec.resource_dir) / "kernel.json").read_text(encoding="utf-8")
+    loaded: dict[str, object] = json.loads(text)
+    return loaded
+
+
+def spec_env(name: str = NAME) -> dict[str, str]:
+    env = KernelSpecManager().get_kernel_spec(name).env
+    assert isinstance(env, dict)
+    return env
+
+
+def is_installed(name: str = NAME) -> bool:
+    return name in KernelSpecManager().find_kernel_specs()
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+# ---- the template ----
+
+
+def test_template_is_the_packaged_kernelspec() -> None:
+    """The template starts the package's kernel by message-mode interrupts and has both logos."""
+    template = kernelspec_dir()
+    spec = json.loads((template / "kernel.json").read_text(encoding="utf-8"))
+    assert spec["argv"][1:] == ["-m", "jutul_jkernel", "-f", "{connection_file}"]
+    assert spec["language"] == "julia"
+    assert spec["interrupt_mode"] == "message"
+    assert "debugger" not in spec["metadata"]
+    assert png_size(template / "logo-32x32.png") == (32, 32)
+    assert png_size(template / "logo-64x64.png") == (64, 64)
+
+
+def _resources_probe(root: Path, code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter that imports jutul_jkernel from a copy under root."""
+    shutil.copytree(REPO_ROOT / "jutul_jkernel", root / "site" / "jutul_jkernel")
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=_SUBPROCESS_TIMEOUT,
+        env={**os.environ, "PYTHONPATH": str(root / "site")},
+        cwd=root,
+    )
+
+
+def test_resources_prefer_the_packaged_copy(tmp_path: Path) -> None:
+    """Installed like a wheel (data inside the package), the packaged kernelspec is used."""
+    packaged = tmp_path / "site" / "jutul_jkernel" / "kernelspec"
+    done = _resources_probe(
+        tmp_path,
+        f"import shutil; shutil.copytree({str(REPO_ROOT / 'kernelspec')!r}, {str(packaged)!r});"
+        "from jutul_jkernel._resources import kernelspec_dir; print(kernelspec_dir())",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(packaged)
+
+
+def test_resources_name_both_places_when_missing(tmp_path: Path) -> None:
+    """With neither a packaged nor a checkout copy, the error names both paths tried."""
+    done = _resources_probe(
+        tmp_path, "from jutul_jkernel._resources import server_script; server_script()"
+    )
+    assert done.returncode != 0
+    assert "FileNotFoundError" in done.stderr
+    assert str(tmp_path / "site" / "jutul_jkernel" / "julia" / "server.jl") in done.stderr
+    assert str(tmp_path / "site" / "julia" / "server.jl") in done.stderr
+
+
+# ---- installing ----
+
+
+@pytest.mark.integration
+def test_install_into_prefix_is_found_by_jupyter(
+    prefix: Path, julia: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A default install is found by name, runs this interpreter, and reports the Julia."""
+    assert run_install(prefix) == 0
+
+    spec = KernelSpecManager().get_kernel_spec(NAME)
+    assert Path(spec.resource_dir).is_relative_to(prefix / "share" / "jupyter" / "kernels")
+    assert os.path.isabs(spec.argv[0])
+    assert spec.argv[0] == os.path.abspath(sys.executable)
+    assert spec.argv[1:] == ["-m", "jutul_jkernel", "-f", "{connection_file}"]
+    assert spec.display_name == "Julia (supervised)"
+    assert spec.language == "julia"
+    assert spec.interrupt_mode == "message"
+    assert "debugger" not in spec.metadata
+    # Unpinned: the kernel finds julia itself at start-up.
+    assert spec.env == {}
+    for size in (32, 64):
+        logo = Path(spec.resource_dir) / f"logo-{size}x{size}.png"
+        assert png_size(logo) == (size, size)
+
+    out = capsys.readouterr().out
+    assert spec.resource_dir in out
+    version = subprocess.run(
+        [julia, "--startup-file=no", "-e", "print(VERSION)"],
+        capture_output=True,
+        text=True,
+        timeout=_SUBPROCESS_TIMEOUT,
+        check=True,
+    ).stdout
+    assert f"Julia {version} found at {julia}" in out
+
+
+@pytest.mark.integration
+def test_options_travel_in_env(
+    prefix: Path, julia: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--julia (bare name), --threads, --project (relative), --julia-args, --env land in env."""
+    project = tmp_path / "my project"
+    project.mkdir()
+    monkeypatch.chdir(tmp_path)
+    code = run_install(
+        prefix,
+        "--name",
+        "jl-opts",
+        "--display-name",
+        "Julia opts",
+        "--julia",
+        "julia",
+        "--threads",
+        "3",
+        "--project",
+        "my project",
+        "--julia-args=-O1 --check-bounds=yes",
+        "--env",
+        "OPENBLAS_NUM_THREADS=1",
+        "--env",
+        "WITH_EQUALS=a=b",
+        "--env",
+        "EMPTY=",
+    )
+    assert code == 0
+
+    env = spec_env("jl-opts")
+    assert env == {
+        "JUTUL_JKERNEL_JULIA": julia,
+        "JUTUL_JKERNEL_THREADS": "3",
+        "JUTUL_JKERNEL_JULIA_ARGS": shlex.join(
+            [f"--project={project}", "-O1", "--check-bounds=yes"]
+        ),
+        "OPENBLAS_NUM_THREADS": "1",
+        "WITH_EQUALS": "a=b",
+        "EMPTY": "",
+    }
+    # The path with a space survives the round trip the kernel will make.
+    assert shlex.split(env["JUTUL_JKERNEL_JULIA_ARGS"])[0] == f"--project={project}"
+    assert installed_spec("jl-opts")["display_name"] == "Julia opts"
+
+
+@pytest.mark.integration
+def test_absolute_julia_and_auto_threads(prefix: Path, julia: str) -> None:
+    """An absolute --julia is kept as given; --threads accepts 'auto'."""
+    assert run_install(prefix, "--julia", julia, "--threads", "auto") == 0
+    env = spec_env()
+    assert env["JUTUL_JKERNEL_JULIA"] == julia
+    assert env["JUTUL_JKERNEL_THREADS"] == "auto"
+
+
+@pytest.mark.integration
+def test_reinstall_replaces(prefix: Path, julia: str) -> None:
+    """Installing again under the same name replaces the old spec."""
+    assert run_install(prefix, "--threads", "2") == 0
+    assert run_install(prefix) == 0
+    assert spec_env() == {}
+
+
+def test_default_location_is_user(prefix: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no location flag the spec goes to the (redirected) per-user kernel dir."""
+    monkeypatch.delenv("JUPYTER_PATH")
+    user_dir = Path(KernelSpecManager().user_kernel_dir)
+    assert user_dir.is_relative_to(prefix)  # the fixture redirected it; never the real one
+    assert install.main(["--no-check", "--julia", "/opt/julia/bin/julia"]) == 0
+    assert (user_dir / NAME / "kernel.json").is_file()
+
+
+def test_sys_prefix_installs_into_sys_prefix(prefix: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--sys-prefix hands sys.prefix to KernelSpecManager."""
+    env_prefix = prefix / "venv"
+    monkeypatch.setattr(sys, "prefix", str(env_prefix))
+    monkeypatch.setenv("JUPYTER_PATH", str(env_prefix / "share" / "jupyter"))
+    assert install.main(["--sys-prefix", "--no-check"]) == 0
+    spec = KernelSpecManager().get_kernel_spec(NAME)
+    assert Path(spec.resource_dir).is_relative_to(env_prefix)
+
+
+def test_no_check_keeps_an_unchecked_julia(prefix: Path) -> None:
+    """--no-check installs without running julia, pinning the path as given."""
+    missing = prefix / "nowhere" / "julia"
+    assert run_install(prefix, "--no-check", "--julia", str(missing)) == 0
+    assert spec_env()["JUTUL_JKERNEL_JULIA"] == str(missing)
+
+
+def test_jupyter_kernelspec_list_shows_it(prefix: Path) -> None:
+    """`jupyter kernelspec list` (a separate process) sees the installed name."""
+    assert run_install(prefix, "--no-check") == 0
+    listing = subprocess.run(
+        [sys.executable, "-m", "jupyter", "kernelspec", "list"],
+        capture_output=True,
+        text=True,
+        timeout=_SUBPROCESS_TIMEOUT,
+        check=True,
+        env=os.environ.copy(),
+    )
+    lines = [line.split() for line in listing.stdout.splitlines()]
+    assert [NAME, str(prefix / "share" / "jupyter" / "kernels" / NAME)] in lines
+
+
+@pytest.mark.integration
+def test_module_entry_point(prefix: Path) -> None:
+    """`python -m jutul_jkernel.install` works as a command and exits 0."""
+    env = os.environ.copy()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-m", "jutul_jkernel.install", "--prefix", str(prefix)],
+        capture_output=True,
+        text=True,
+        timeout=_SUBPROCESS_TIMEOUT,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert is_installed()
+
+
+# ---- refusing ----
+
+
+@pytest.mark.parametrize("bad", ["NOVALUE", "=value", "1ST=x", "A-B=x"])
+def test_malformed_env_exits_2(prefix: Path, bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A malformed --env is a usage error naming it, and nothing is installed."""
+    with pytest.raises(SystemExit) as exit_info:
+        run_install(prefix, "--no-check", "--env", bad)
+    assert exit_info.value.code == 2
+    assert repr(bad) in capsys.readouterr().err
+    assert not is_installed()
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "many", "1.5"])
+def test_bad_threads_exits_2(prefix: Path, bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_install(prefix, "--no-check", f"--threads={bad}")
+    assert exit_info.value.code == 2
+    assert "--threads" in capsys.readouterr().err
+
+
+def test_env_conflicting_with_its_option_exits_2(
+    prefix: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_install(prefix, "--no-check", "--threads", "2", "--env", "JUTUL_JKERNEL_THREADS=4")
+    assert exit_info.value.code == 2
+    assert "JUTUL_JKERNEL_THREADS" in capsys.readouterr().err
+    assert not is_installed()
+
+
+def test_unclosed_quote_in_julia_args_exits_2(
+    prefix: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_install(prefix, "--no-check", "--julia-args=-e 'x")
+    assert exit_info.value.code == 2
+    assert "--julia-args" in capsys.readouterr().err
+
+
+def test_invalid_name_exits_2(prefix: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_install(prefix, "--no-check", "--name", "my kernel")
+    assert exit_info.value.code == 2
+    assert "'my kernel'" in capsys.readouterr().err
+
+
+def test_missing_julia_path_exits_2(prefix: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A --julia that does not exist: status 2, the path, the cause and the fix; no spec."""
+    missing = prefix / "no" / "such" / "julia"
+    assert run_install(prefix, "--julia", str(missing)) == 2
+    err = capsys.readouterr().err
+    assert str(missing) in err
+    assert "No such file or directory" in err
+    assert "juliaup" in err
+    assert "--julia PATH" in err
+    assert "make setup" in err
+    assert not is_installed()
+
+
+def test_bare_julia_name_not_on_path_exits_2(
+    prefix: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_install(prefix, "--julia", "julia-does-not-exist-here") == 2
+    err = capsys.readouterr().err
+    assert "julia-does-not-exist-here" in err
+    assert not is_installed()
+
+
+def test_no_julia_on_path_exits_2(
+    prefix: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --julia the check looks on PATH, and says so when nothing is there."""
+    monkeypatch.setenv("PATH", str(prefix / "empty-bin"))
+    assert run_install(prefix) == 2
+    err = capsys.readouterr().err
+    assert "from PATH" in err
+    assert "juliaup" in err
+
+
+@pytest.mark.integration
+def test_julia_rejecting_its_arguments_exits_2(
+    prefix: Path, julia: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real julia exits non-zero on an unknown flag; its stderr is quoted."""
+    assert run_install(prefix, "--julia-args=--no-such-julia-flag") == 2
+    err = capsys.readouterr().err
+    assert julia in err
+    assert "exited with status 1" in err
+    assert "--no-such-julia-flag" in err  # from Julia's own "unknown option" line
+    assert "--project/--julia-args" in err
+    assert not is_installed()
+
+
+@pytest.mark.integration
+def test_julia_that_hangs_exits_2(
+    prefix: Path,
+    julia: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A julia that does not answer within the check's timeout is a failure, not a wait."""
+    hang = tmp_path / "hang.jl"
+    hang.write_text("sleep(120)\n", encoding="utf-8")
+    monkeypatch.setattr(install, "_CHECK_TIMEOUT", 3.0)
+    assert run_install(prefix, "--julia-args", f"-L {hang}") == 2
+    err = capsys.readouterr().err
+    assert "did not finish within 3 s" in err
+    assert julia in err
+    assert not is_installed()
+
+
+# ---- uninstalling ----
+
+
+def test_uninstall_removes_it(prefix: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_install(prefix, "--no-check") == 0
+    spec_dir = Path(KernelSpecManager().get_kernel_spec(NAME).resource_dir)
+    assert install.main(["--uninstall", "--prefix", str(prefix)]) == 0
+    assert str(spec_dir) in capsys.readouterr().out
+    assert not spec_dir.exists()
+    with pytest.raises(NoSuchKernel):
+        KernelSpecManager().get_kernel_spec(NAME)
+
+
+def test_uninstall_when_absent_exits_1(prefix: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert install.main(["--uninstall", "--name", "never-installed"]) == 1
+    err = capsys.readouterr().err
+    assert "no kernelspec named 'never-installed'" in err
+    assert str(prefix / "share" / "jupyter" / "kernels") in err
+
+
+def test_uninstall_leaves_a_spec_outside_the_given_prefix(
+    prefix: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--uninstall --prefix X never removes the spec Jupyter finds somewhere else."""
+    assert run_install(prefix, "--no-check") == 0
+    other = prefix / "other"
+    assert install.main(["--uninstall", "--prefix", str(other)]) == 1
+    assert "nothing removed" in capsys.readouterr().err
+    assert is_installed()
