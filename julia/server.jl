@@ -20,7 +20,8 @@
 #                                  the error text; capped at 64 KiB with a note of what was cut
 #   INP <id> <password 0|1> <n>    evaluation <id> reads a line from stdin; payload: the prompt
 #   ANS <id> <n>                   JSON answer to QRY <id>
-#   ACK <seq> 0                    answer to SYN <seq>
+#   ACK <n> 0                      answer to SYN <n>, or to INT <n> once that interrupt was
+#                                  handed to the running evaluation (no ACK: it is not yielding)
 # Python -> Julia
 #   EXE <id> <n>                   code to evaluate (queued; evaluated one at a time, in order)
 #   INT <id> 0                     interrupt evaluation <id>; ignored unless it is running
@@ -71,7 +72,7 @@ const DISPLAY_SIZE = (30, 100)
 # ---- state (one server per process) ----
 
 const SOCK = Ref{TCPSocket}()
-const DIAG = Ref{IO}()                 # the process's original stderr: the startup log
+const DIAG = Ref{IO}()                 # the process's original stdout: the startup log
 const EVAL_TASK = Ref{Task}()
 const CURRENT = Ref(0)                 # id of the running evaluation, 0 when idle
 const LAST_ID = Ref(0)                 # parent of output produced between evaluations
@@ -129,17 +130,20 @@ end
 """
     forward_interrupt()
 
-Deliver an interrupt to the running evaluation, or drop it when nothing runs.
+Deliver an interrupt to the running evaluation, or drop it when nothing runs; return whether
+it will reach the evaluation.
 """
 function forward_interrupt()
-    CURRENT[] == 0 && return
+    CURRENT[] == 0 && return false
     t = EVAL_TASK[]
     if IN_USER[] && t !== current_task() && !istaskdone(t)
-        IN_USER[] = false       # a second interrupt must not be scheduled on top of this one
+        # schedule(...; error=true) first takes the task off whatever queue it waits in, so a
+        # second interrupt just replaces the first.
         schedule(t, InterruptException(); error = true)
     else
         PENDING_INTERRUPT[] = true
     end
+    return true
 end
 
 function json(io::IO, x::AbstractDict)
@@ -275,7 +279,9 @@ function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
     if kind == "EXE"
         put!(QUEUE, (id, String(payload)))
     elseif kind == "INT"
-        id == CURRENT[] && forward_interrupt()
+        if id == CURRENT[] && forward_interrupt()
+            send_frame("ACK", (id,))
+        end
     elseif kind == "TXT" || kind == "NIN"
         ch = INPUT_WAIT[]
         if ch !== nothing && id == CURRENT[] && isempty(ch.data)
@@ -351,19 +357,11 @@ end
 
 function send_output(name::String, buf::Vector{UInt8}, from::Int, to::Int)
     FORWARDED[] += max(0, to - from + 1)
-    name == "stderr" && from <= to && tee_stderr(view(buf, from:to))
     while from <= to
         upto = min(to, from + OUT_CHUNK - 1)
         send_frame("OUT", (name,), view(buf, from:upto))
         from = upto + 1
     end
-end
-
-# Julia's own fatal messages go to fd 2, i.e. into our pipe, and die with the process; a copy of
-# recent stderr in the startup log gives the supervisor something to quote after a crash.
-tee_stderr(bytes) = quietly() do
-    write(DIAG[], bytes)
-    flush(DIAG[])
 end
 
 function flush_all()
@@ -439,8 +437,20 @@ function set_buffering!(on::Bool)
 end
 
 function redirect_output!()
+    # The original stdout is the startup log: keep it as the diagnostic channel.
+    DIAG[] = stdout
     rd_out, wr_out = redirect_stdout()
-    rd_err, wr_err = redirect_stderr()
+    fd = tryparse(Int, get(ENV, "JUTUL_JKERNEL_STDERR_FD", ""))
+    delete!(ENV, "JUTUL_JKERNEL_STDERR_FD")
+    if fd === nothing
+        rd_err, wr_err = redirect_stderr()
+    else
+        # fd 2 already is a pipe the supervisor made, and `fd` its read end. The supervisor keeps
+        # a copy of that read end, so what Julia writes to fd 2 while dying (fatal signal
+        # reports, "fatal: error thrown ...") stays readable after the process is gone.
+        rd_err, wr_err = Base.PipeEndpoint(RawFD(fd)), stderr
+        ccall(:fcntl, Cint, (Cint, Cint, Cint), fd, 2, 1)   # F_SETFD FD_CLOEXEC: not for children
+    end
     PIPES["stdout"] = wr_out
     PIPES["stderr"] = wr_err
     # The default logger captured the old stderr object: replace it.

@@ -35,7 +35,7 @@ class FrameKind(enum.Enum):
     RES = "RES"  # RES <id> <ok|err|int> <n>: the one result of evaluation <id>
     INP = "INP"  # INP <id> <password 0|1> <n>: evaluation <id> reads a line; payload: prompt
     ANS = "ANS"  # ANS <id> <n>: JSON answer to QRY <id>
-    ACK = "ACK"  # ACK <seq> 0: answer to SYN <seq>
+    ACK = "ACK"  # ACK <n> 0: answers SYN <n>, or INT <n> once it reached the evaluation
     # Python -> Julia
     EXE = "EXE"  # EXE <id> <n>: code to evaluate
     INT = "INT"  # INT <id> 0: interrupt evaluation <id> (ignored unless it is still running)

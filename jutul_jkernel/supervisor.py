@@ -1,0 +1,844 @@
+"""Own one Julia process running ``server.jl`` and its TCP connection; know nothing of Jupyter.
+
+The supervisor starts Julia in its own process group, checks the handshake, sends code and
+routes what comes back: live output to a callback, one :class:`ExecutionResult` per execution.
+Executions run one at a time; :meth:`JuliaSupervisor.interrupt` and
+:meth:`JuliaSupervisor.shutdown` never wait behind them. If Julia dies, every waiter fails at
+once with :class:`JuliaDiedError` explaining how, and the next execution starts a fresh Julia
+and says that state was lost.
+
+Usage from plain Python::
+
+    async with JuliaSupervisor() as julia:
+        result = await julia.execute("x = 1 + 1", on_output=print_bytes)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import psutil
+
+from . import _resources
+from .protocol import Decoder, Frame, FrameKind, ProtocolError, encode
+
+log = logging.getLogger(__name__)
+
+OutputCallback = Callable[[str, bytes], None]
+DisplayCallback = Callable[[dict[str, Any]], None]
+InputCallback = Callable[[str, bool], Awaitable[str]]
+
+_IS_WINDOWS = sys.platform == "win32"
+
+# Interrupt escalation. An INT frame stops every cell that yields (sleep, I/O, printing) and is
+# acknowledged at once; a cell that computes never lets the server read it, so after this long
+# without an ACK we send SIGINT, which lands at the next safepoint (~2 ms for allocating code).
+_INT_ACK_WAIT = 0.05
+# A SIGINT stops an allocating loop or a blocking ccall within milliseconds; past this the code
+# has no safepoint (a float spin) and we send a burst, which makes Julia force the throw.
+_SIGINT_WAIT = 2.0
+_BURST_COUNT = 5
+_BURST_GAP = 0.05
+# After a forced throw the result normally follows within a second; past this we restart.
+_BURST_WAIT = 3.0
+# Shutdown: after EOF on its socket the server exits by itself; a cell that never yields does not
+# see the EOF, so SIGTERM then SIGKILL follow. Together well inside jupyter_client's 2.5 s.
+_EXIT_AFTER_EOF_WAIT = 1.0
+_EXIT_AFTER_TERM_WAIT = 0.5
+_REAP_WAIT = 2.0
+# How much of Julia's stderr a death report quotes.
+_STDERR_TAIL_BYTES = 2048
+_LOG_TAIL_BYTES = 2048
+_READ_CHUNK_BYTES = 256 * 1024
+
+_SIGNAL_NOTES = {
+    "SIGKILL": "usually the system out-of-memory killer, or someone ran kill -9",
+    "SIGSEGV": "a crash inside Julia or a library it called",
+    "SIGABRT": "Julia or a library it called aborted",
+    "SIGBUS": "a crash inside Julia or a library it called",
+    "SIGTERM": "someone asked it to terminate",
+    "SIGINT": "an interrupt arrived where Julia could not handle it",
+}
+
+
+class JuliaStartupError(RuntimeError):
+    """Julia could not be started or did not complete the handshake."""
+
+
+class JuliaDiedError(RuntimeError):
+    """The Julia process ended while something was waiting on it."""
+
+    def __init__(self, message: str, *, exit_description: str = "", stderr_tail: str = "",
+                 log_path: Path | None = None) -> None:
+        super().__init__(message)
+        self.exit_description = exit_description
+        self.stderr_tail = stderr_tail
+        self.log_path = log_path
+
+
+@dataclass
+class ErrorInfo:
+    """A Julia exception as Jupyter wants it: type name, message, traceback lines."""
+
+    ename: str
+    evalue: str
+    traceback: list[str]
+
+
+@dataclass
+class ExecutionResult:
+    """The outcome of one :meth:`JuliaSupervisor.execute`."""
+
+    status: Literal["ok", "error", "interrupted"]
+    text: str = ""  # REPL text of the value ("" for nothing or a trailing `;`), or the error text
+    data: dict[str, Any] | None = None  # MIME bundle when the value shows more than text/plain
+    error: ErrorInfo | None = None
+    state_kept: bool = True  # False when Julia had to be restarted during this execution
+    notice: str | None = None  # something the user should be told (a restart, a forced interrupt)
+
+
+@dataclass
+class _Execution:
+    id: int
+    on_output: OutputCallback | None
+    on_display: DisplayCallback | None
+    on_input: InputCallback | None
+    future: asyncio.Future[ExecutionResult]
+    data: dict[str, Any] | None = None
+    error: ErrorInfo | None = None
+    sigint_sent: bool = False
+    forced: bool = False
+    killed_for_interrupt: bool = False
+    interrupter: asyncio.Task[None] | None = None
+    input_tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+@dataclass
+class _Julia:
+    """One incarnation of the Julia process and its connection."""
+
+    proc: asyncio.subprocess.Process
+    log_path: Path
+    stderr_fd: int | None  # our copy of the read end of Julia's fd 2: text written while dying
+    reader: asyncio.StreamReader | None = None
+    writer: asyncio.StreamWriter | None = None
+    reader_task: asyncio.Task[None] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    stderr_tail: deque[bytes] = field(default_factory=lambda: deque(maxlen=64))
+    dead: bool = False
+    death: JuliaDiedError | None = None
+
+
+def default_threads() -> int:
+    """Physical cores minus one, at least one: the user's compute threads."""
+    cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
+def describe_exit(returncode: int | None) -> str:
+    """Say in words how a process ended, from its return code."""
+    if returncode is None:
+        return "is still running"
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        return f"was killed by signal {-returncode}"
+    note = _SIGNAL_NOTES.get(name)
+    return f"was killed by {name}" + (f" ({note})" if note else "")
+
+
+class JuliaSupervisor:
+    """Start, feed, interrupt, restart and stop one Julia process.
+
+    ``julia`` defaults to ``$JUTUL_JKERNEL_JULIA`` or ``julia`` on PATH; ``julia_args`` are
+    extra command-line flags (``--project=...``, ``--sysimage=...``), added to those in
+    ``$JUTUL_JKERNEL_JULIA_ARGS``; ``threads`` defaults to ``$JUTUL_JKERNEL_THREADS`` or
+    physical cores minus one.
+    """
+
+    def __init__(
+        self,
+        julia: str | None = None,
+        julia_args: list[str] | tuple[str, ...] = (),
+        *,
+        threads: int | str | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        env: dict[str, str] | None = None,
+        startup_timeout: float = 60.0,
+        log_dir: str | os.PathLike[str] | None = None,
+        on_stray_output: OutputCallback | None = None,
+    ) -> None:
+        self.julia = julia or os.environ.get("JUTUL_JKERNEL_JULIA") or "julia"
+        self.julia_args = [
+            *shlex.split(os.environ.get("JUTUL_JKERNEL_JULIA_ARGS", "")),
+            *julia_args,
+        ]
+        self.threads = threads if threads is not None else os.environ.get("JUTUL_JKERNEL_THREADS")
+        self.cwd = cwd
+        self.env = env or {}
+        self.startup_timeout = startup_timeout
+        self._log_dir = Path(log_dir) if log_dir else None
+        self._own_log_dir = False
+        self.on_stray_output = on_stray_output
+        self._julia: _Julia | None = None
+        self._lock = asyncio.Lock()  # serialises executions
+        self._start_lock = asyncio.Lock()
+        self._next_id = 0
+        self._current: _Execution | None = None
+        self._waiters: dict[int, asyncio.Future[Any]] = {}  # ANS / ACK by id
+        self._incarnation = 0
+        self._lost_state: str | None = None  # notice for the next execution after a death
+        self._needs_sync = False
+        self._closed = False
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # ---- public API ----
+
+    async def __aenter__(self) -> JuliaSupervisor:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    @property
+    def alive(self) -> bool:
+        """Whether a Julia process is running and connected."""
+        j = self._julia
+        return j is not None and not j.dead and j.proc.returncode is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._julia.proc.pid if self._julia else None
+
+    @property
+    def julia_version(self) -> str | None:
+        return self._julia.info.get("julia_version") if self._julia else None
+
+    @property
+    def log_path(self) -> Path | None:
+        """Julia's own stdout/stderr before the server took them over (boot errors)."""
+        return self._julia.log_path if self._julia else None
+
+    async def start(self) -> None:
+        """Start Julia unless it is running; raise JuliaStartupError if it cannot be."""
+        if self._closed:
+            msg = "this JuliaSupervisor was shut down; create a new one"
+            raise RuntimeError(msg)
+        async with self._start_lock:
+            if not self.alive:
+                await self._spawn()
+
+    async def execute(
+        self,
+        code: str,
+        on_output: OutputCallback | None = None,
+        *,
+        on_display: DisplayCallback | None = None,
+        on_input: InputCallback | None = None,
+    ) -> ExecutionResult:
+        """Evaluate ``code`` in Main and return its result.
+
+        ``on_output(stream, data)`` receives live output bytes ("stdout"/"stderr");
+        ``on_display(msg)`` receives display_data / update_display_data / clear_output messages
+        (default: their text/plain goes to ``on_output``); ``await on_input(prompt, password)``
+        answers ``readline()`` (default: readline raises an error in Julia). Raises
+        JuliaDiedError if Julia dies meanwhile.
+        """
+        async with self._lock:
+            await self.start()
+            notice, self._lost_state = self._lost_state, None
+            if self._needs_sync:
+                await self._sync()
+            j = self._julia
+            assert j is not None and j.writer is not None
+            ex = _Execution(self._new_id(), on_output, on_display, on_input,
+                            asyncio.get_running_loop().create_future())
+            self._current = ex
+            j.stderr_tail.clear()  # a death report quotes this execution's stderr only
+            try:
+                await self._send(j, encode(FrameKind.EXE, ex.id, payload=code.encode()))
+                result = await ex.future
+            except asyncio.CancelledError:
+                if self.alive and not ex.future.done():
+                    with contextlib.suppress(ConnectionError):
+                        await self._send(j, encode(FrameKind.INT, ex.id))
+                    self._needs_sync = True
+                raise
+            finally:
+                self._current = None
+                self._finish_execution(ex)
+            if notice:
+                result.notice = notice if not result.notice else f"{notice}\n{result.notice}"
+            return result
+
+    async def interrupt(self) -> None:
+        """Interrupt the running execution, escalating as needed; return at once.
+
+        The execution's result says how it ended: interrupted with state kept, or (if Julia
+        ignored every interrupt) interrupted after a restart, with ``state_kept`` False.
+        """
+        ex = self._current
+        if ex is None or ex.future.done() or (ex.interrupter and not ex.interrupter.done()):
+            return
+        ex.interrupter = asyncio.create_task(self._escalate(ex))
+
+    async def restart(self) -> None:
+        """Stop Julia and start a fresh one: all state is lost."""
+        async with self._start_lock:
+            await self._stop_julia(reason="was restarted")
+            self._lost_state = None
+            await self._spawn()
+
+    async def shutdown(self) -> None:
+        """Stop Julia (ask, wait, SIGTERM, SIGKILL, reap) and release everything."""
+        self._closed = True
+        await self._stop_julia(reason="was shut down")
+        for task in list(self._background):
+            task.cancel()
+        if self._own_log_dir and self._log_dir is not None:
+            shutil.rmtree(self._log_dir, ignore_errors=True)
+
+    async def complete(self, code: str, cursor: int) -> dict[str, Any]:
+        """REPL completions at ``cursor`` (code points): matches, cursor_start, cursor_end."""
+        return await self._query("complete", code, cursor)
+
+    async def inspect(self, code: str, cursor: int) -> dict[str, Any]:
+        """The docstring of the name at ``cursor``, as ``?name`` shows it."""
+        return await self._query("inspect", code, cursor)
+
+    async def is_complete(self, code: str) -> dict[str, Any]:
+        """Whether ``code`` is complete, incomplete (with an indent) or invalid."""
+        return await self._query("is_complete", code, 0)
+
+    # ---- start-up ----
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def _argv(self, port: int) -> list[str]:
+        julia = shutil.which(self.julia) or self.julia
+        return [julia, "--startup-file=no", *self.julia_args,
+                str(_resources.server_script()), str(port)]
+
+    def _child_env(self, token: str) -> dict[str, str]:
+        env = {**os.environ, **self.env}
+        # The supervisor's own settings are not the user's business inside Julia.
+        for key in ("JUTUL_JKERNEL_JULIA", "JUTUL_JKERNEL_JULIA_ARGS", "JUTUL_JKERNEL_THREADS"):
+            env.pop(key, None)
+        threads = self.threads
+        if threads in (None, "", "auto") and "JULIA_NUM_THREADS" not in self.env:
+            threads = default_threads()
+        if threads not in (None, ""):
+            # "N,1" gives the evaluation loop an interactive thread on Julia >= 1.9; Julia 1.5-1.8
+            # read the variable with strtol and take N. Being an environment variable, it needs
+            # no version probe before the start, and an explicit --threads flag still wins.
+            env["JULIA_NUM_THREADS"] = f"{threads},1" if str(threads) != "auto" else "auto"
+        env["JUTUL_JKERNEL_TOKEN"] = token
+        return env
+
+    def _new_log(self) -> Path:
+        if self._log_dir is None:
+            self._log_dir = Path(tempfile.mkdtemp(prefix="jutul-jkernel-"))
+            self._own_log_dir = True
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        self._incarnation += 1
+        return self._log_dir / f"julia-{os.getpid()}-{self._incarnation}.log"
+
+    async def _spawn(self) -> None:
+        token = secrets.token_hex(16)
+        log_path = self._new_log()
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.setblocking(False)
+        argv = self._argv(listener.getsockname()[1])
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        env = self._child_env(token)
+        kwargs: dict[str, Any] = {}
+        err_read: int | None = None
+        err_write = fd
+        if _IS_WINDOWS:
+            kwargs["creationflags"] = 0x00000200  # CREATE_NEW_PROCESS_GROUP: Ctrl+Break target
+        else:
+            kwargs["start_new_session"] = True  # our signals reach Julia, never our own group
+            # Julia's fd 2 is a pipe whose read end both sides hold: the server pumps it, and
+            # what Julia writes while dying is still here to quote afterwards.
+            err_read, err_write = os.pipe()
+            kwargs["pass_fds"] = (err_read,)
+            env["JUTUL_JKERNEL_STDERR_FD"] = str(err_read)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=fd, stderr=err_write,
+                cwd=self.cwd, env=env, **kwargs)
+        except OSError as exc:
+            listener.close()
+            if err_read is not None:
+                os.close(err_read)
+            msg = (f"could not start Julia with {argv[0]!r}: {exc}. Install Julia (juliaup, or "
+                   "`make setup` in a checkout) or point JUTUL_JKERNEL_JULIA at the executable.")
+            raise JuliaStartupError(msg) from exc
+        finally:
+            os.close(fd)
+            if err_write != fd:
+                os.close(err_write)
+        if err_read is not None:
+            os.set_blocking(err_read, False)
+        j = _Julia(proc, log_path, err_read)
+        try:
+            conn, decoder = await asyncio.wait_for(self._accept(j, listener, token),
+                                                   self.startup_timeout)
+        except (TimeoutError, asyncio.TimeoutError):
+            await self._kill(j)
+            msg = (f"Julia ({argv[0]}) did not connect within {self.startup_timeout:g} s. "
+                   f"Its log is {log_path}:\n{self._post_mortem(j)}")
+            raise JuliaStartupError(msg) from None
+        except BaseException:
+            await self._kill(j)
+            self._post_mortem(j)
+            raise
+        finally:
+            listener.close()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        j.reader, j.writer = await asyncio.open_connection(sock=conn, limit=_READ_CHUNK_BYTES)
+        self._julia = j
+        info_waiter = asyncio.get_running_loop().create_future()
+        self._waiters[0] = info_waiter
+        j.reader_task = asyncio.create_task(self._read_loop(j, decoder))
+        try:
+            await asyncio.wait_for(info_waiter, self.startup_timeout)
+        except (TimeoutError, asyncio.TimeoutError):
+            await self._stop_julia(reason="did not describe itself")
+            msg = f"Julia connected but sent no INF frame; its log is {log_path}"
+            raise JuliaStartupError(msg) from None
+        except JuliaDiedError as exc:
+            raise JuliaStartupError(str(exc)) from None
+        log.info("Julia %s started (pid %s, log %s)", self.julia_version, proc.pid, log_path)
+
+    async def _accept(self, j: _Julia, listener: socket.socket,
+                      token: str) -> tuple[socket.socket, Decoder]:
+        """Accept connections until one opens with RDY and our token."""
+        loop = asyncio.get_running_loop()
+        exited = asyncio.ensure_future(j.proc.wait())
+        try:
+            while True:
+                accepted = asyncio.ensure_future(loop.sock_accept(listener))
+                await asyncio.wait({accepted, exited}, return_when=asyncio.FIRST_COMPLETED)
+                if not accepted.done():
+                    accepted.cancel()
+                    msg = (f"Julia ({self.julia}) {describe_exit(j.proc.returncode)} before "
+                           f"connecting. Its log is {j.log_path}:\n{self._post_mortem(j)}")
+                    raise JuliaStartupError(msg)
+                conn, peer = accepted.result()
+                decoder = Decoder()
+                try:
+                    first = await self._first_frame(conn, decoder)
+                except (ProtocolError, ConnectionError) as exc:
+                    log.warning("refused a connection from %s: %s", peer, exc)
+                    conn.close()
+                    continue
+                if first.kind is FrameKind.RDY and secrets.compare_digest(first.args[0], token):
+                    return conn, decoder
+                log.warning("refused a connection from %s: its first frame was not RDY with "
+                            "the right token", peer)
+                conn.close()
+        finally:
+            exited.cancel()
+
+    @staticmethod
+    async def _first_frame(conn: socket.socket, decoder: Decoder) -> Frame:
+        loop = asyncio.get_running_loop()
+        conn.setblocking(False)
+        while True:
+            data = await loop.sock_recv(conn, 4096)
+            if not data:
+                msg = "connection closed before its first frame"
+                raise ConnectionError(msg)
+            frames = decoder.feed(data)
+            if frames:
+                # Put back what came after the first frame: the reader decodes it again.
+                rest = frames[1:]
+                decoder.__init__()  # type: ignore[misc]
+                for f in rest:
+                    decoder.feed(encode(f.kind, *f.args, payload=f.payload))
+                return frames[0]
+
+    # ---- the connection ----
+
+    async def _send(self, j: _Julia, data: bytes) -> None:
+        if j.dead or j.writer is None:
+            raise j.death or JuliaDiedError("Julia is not running")
+        j.writer.write(data)
+        await j.writer.drain()
+
+    async def _read_loop(self, j: _Julia, decoder: Decoder) -> None:
+        assert j.reader is not None
+        reason = "closed its connection"
+        try:
+            for frame in decoder.feed(b""):
+                self._dispatch(j, frame)
+            while True:
+                data = await j.reader.read(_READ_CHUNK_BYTES)
+                if not data:
+                    decoder.check_eof()
+                    break
+                for frame in decoder.feed(data):
+                    self._dispatch(j, frame)
+        except ProtocolError as exc:
+            reason = f"sent a malformed frame ({exc})"
+            log.error("protocol error from Julia: %s", exc)
+        except ConnectionError as exc:
+            reason = f"dropped its connection ({exc})"
+        except asyncio.CancelledError:
+            return
+        await self._on_death(j, reason)
+
+    def _dispatch(self, j: _Julia, frame: Frame) -> None:
+        kind, args = frame.kind, frame.args
+        ex = self._current
+        if kind is FrameKind.OUT:
+            if args[0] == "stderr":
+                j.stderr_tail.append(frame.payload)
+            if ex is not None and ex.on_output is not None:
+                ex.on_output(args[0], frame.payload)
+            elif ex is None and self.on_stray_output is not None:
+                self.on_stray_output(args[0], frame.payload)
+            return
+        if kind is FrameKind.INF:
+            j.info = _json(frame)
+            waiter = self._waiters.pop(0, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+            return
+        if kind in (FrameKind.ANS, FrameKind.ACK):
+            waiter = self._waiters.pop(int(args[0]), None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(_json(frame) if kind is FrameKind.ANS else None)
+            return
+        if kind is FrameKind.RDY:
+            msg = "a second RDY frame"
+            raise ProtocolError(msg)
+        if ex is None or int(args[0]) != ex.id:
+            log.debug("dropped a %s frame for execution %s: not running", kind.name, args[0])
+            return
+        if kind is FrameKind.DSP:
+            msg = _json(frame)
+            update = msg.pop("update", False)
+            msg["type"] = "update_display_data" if update else "display_data"
+            self._display(ex, msg)
+        elif kind is FrameKind.CLR:
+            self._display(ex, {"type": "clear_output", "wait": args[1] == "1"})
+        elif kind is FrameKind.VAL:
+            ex.data = _json(frame).get("data")
+        elif kind is FrameKind.ERR:
+            err = _json(frame)
+            ex.error = ErrorInfo(str(err.get("ename", "Error")), str(err.get("evalue", "")),
+                                 [str(line) for line in err.get("traceback", [])])
+        elif kind is FrameKind.INP:
+            task = asyncio.create_task(self._answer_input(j, ex, frame))
+            ex.input_tasks.add(task)
+            task.add_done_callback(ex.input_tasks.discard)
+        elif kind is FrameKind.RES:
+            self._resolve(ex, args[1], frame.payload.decode("utf-8", "replace"))
+
+    @staticmethod
+    def _display(ex: _Execution, msg: dict[str, Any]) -> None:
+        if ex.on_display is not None:
+            ex.on_display(msg)
+        elif ex.on_output is not None and msg["type"] != "clear_output":
+            text = msg.get("data", {}).get("text/plain", "")
+            ex.on_output("stdout", (text + "\n").encode())
+
+    def _resolve(self, ex: _Execution, status: str, text: str) -> None:
+        if ex.future.done():
+            return
+        result = ExecutionResult(
+            status="ok" if status == "ok" else "error" if status == "err" else "interrupted",
+            text=text, data=ex.data, error=ex.error)
+        if result.status == "interrupted" and ex.forced:
+            result.notice = ("The interrupt had to be forced (the code was not at a safepoint); "
+                             "Julia's state may be inconsistent. Restart if anything misbehaves.")
+        ex.future.set_result(result)
+
+    async def _answer_input(self, j: _Julia, ex: _Execution, frame: Frame) -> None:
+        prompt = frame.payload.decode("utf-8", "replace")
+        if ex.on_input is None:
+            reply = encode(FrameKind.NIN, ex.id,
+                           payload=b"stdin is not available: this frontend does not take input")
+        else:
+            try:
+                line = await ex.on_input(prompt, frame.args[1] == "1")
+                reply = encode(FrameKind.TXT, ex.id, payload=line.encode())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the frontend's refusal becomes Julia's error
+                reply = encode(FrameKind.NIN, ex.id, payload=f"no input: {exc}".encode())
+        with contextlib.suppress(ConnectionError, JuliaDiedError):
+            await self._send(j, reply)
+
+    async def _query(self, op: str, code: str, cursor: int) -> dict[str, Any]:
+        await self.start()
+        j = self._julia
+        assert j is not None
+        qid = self._new_id()
+        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiters[qid] = waiter
+        try:
+            await self._send(j, encode(FrameKind.QRY, qid, op, max(0, cursor),
+                                       payload=code.encode()))
+            result: dict[str, Any] = await waiter
+            return result
+        finally:
+            self._waiters.pop(qid, None)
+
+    async def _sync(self) -> None:
+        """Round-trip a SYN so that any SIGINT still in flight lands before the next cell."""
+        j = self._julia
+        assert j is not None
+        sid = self._new_id()
+        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiters[sid] = waiter
+        try:
+            await self._send(j, encode(FrameKind.SYN, sid))
+            await asyncio.wait_for(waiter, 5.0)
+        except (TimeoutError, asyncio.TimeoutError):
+            log.warning("Julia did not answer a SYN within 5 s")
+        finally:
+            self._waiters.pop(sid, None)
+        self._needs_sync = False
+
+    def _finish_execution(self, ex: _Execution) -> None:
+        if ex.interrupter is not None and not ex.interrupter.done():
+            ex.interrupter.cancel()
+        for task in list(ex.input_tasks):
+            task.cancel()
+        if ex.sigint_sent:
+            self._needs_sync = True
+
+    # ---- interrupts ----
+
+    async def _escalate(self, ex: _Execution) -> None:
+        j = self._julia
+        if j is None or j.dead:
+            return
+        ack: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiters[ex.id] = ack
+        try:
+            await self._send(j, encode(FrameKind.INT, ex.id))
+            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(ack), _INT_ACK_WAIT)
+            if ack.done() or await _finished(ex, 0):
+                return
+            self._signal(j)
+            ex.sigint_sent = True
+            if await _finished(ex, _SIGINT_WAIT):
+                return
+            log.warning("execution %s ignored SIGINT; forcing the interrupt", ex.id)
+            ex.forced = True
+            for _ in range(_BURST_COUNT):
+                self._signal(j)
+                await asyncio.sleep(_BURST_GAP)
+            if await _finished(ex, _BURST_WAIT):
+                return
+            log.warning("execution %s survived a forced interrupt; restarting Julia", ex.id)
+            ex.killed_for_interrupt = True
+            await self._kill(j)
+        except (ConnectionError, JuliaDiedError):
+            return
+        finally:
+            self._waiters.pop(ex.id, None)
+
+    @staticmethod
+    def _signal(j: _Julia) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if _IS_WINDOWS:
+                os.kill(j.proc.pid, signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]
+            else:
+                os.killpg(j.proc.pid, signal.SIGINT)
+
+    # ---- death and teardown ----
+
+    async def _on_death(self, j: _Julia, reason: str) -> None:
+        """Explain why Julia went away and wake everyone waiting on it."""
+        if j.dead:
+            return
+        j.dead = True
+        if j.writer is not None:
+            j.writer.close()
+        try:
+            await asyncio.wait_for(j.proc.wait(), _REAP_WAIT)
+        except (TimeoutError, asyncio.TimeoutError):
+            await self._kill(j)  # it closed the socket but lives on: it is of no use
+        how = describe_exit(j.proc.returncode)
+        tail = self._post_mortem(j, quote_log=False)
+        if not tail:
+            tail = b"".join(j.stderr_tail)[-_STDERR_TAIL_BYTES:].decode("utf-8", "replace")
+        tail = tail.strip()
+        message = f"Julia {how}"
+        if j.proc.returncode == 0 or reason != "closed its connection":
+            message += f"; it {reason}"
+        message += "."
+        if tail:
+            message += f"\nThe end of its stderr:\n{tail}"
+        message += f"\nJulia's log: {j.log_path}"
+        j.death = JuliaDiedError(message, exit_description=how, stderr_tail=tail,
+                                 log_path=j.log_path)
+        ex = self._current
+        if ex is not None and not ex.future.done():
+            if ex.killed_for_interrupt:
+                ex.future.set_result(ExecutionResult(
+                    status="interrupted", text="InterruptException", state_kept=False,
+                    notice="Julia did not respond to interrupts and was restarted: variables, "
+                           "functions and packages loaded before are gone."))
+            else:
+                ex.future.set_exception(j.death)
+        for key, waiter in list(self._waiters.items()):
+            if not waiter.done():
+                waiter.set_exception(j.death)
+            self._waiters.pop(key, None)
+        if self._julia is j:
+            self._julia = None
+            if ex is not None and ex.killed_for_interrupt:
+                self._lost_state = None
+                if not self._closed:
+                    self._start_in_background()
+            elif not self._closed:
+                self._lost_state = (
+                    f"Julia {how} during an earlier execution; this one ran in a fresh Julia "
+                    "session: variables, functions and packages loaded before are gone.")
+
+    def _start_in_background(self) -> None:
+        async def start() -> None:
+            try:
+                await self.start()
+            except JuliaStartupError as exc:
+                log.error("restarting Julia failed: %s", exc)
+
+        task = asyncio.create_task(start())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _stop_julia(self, reason: str) -> None:
+        j, self._julia = self._julia, None
+        if j is None:
+            return
+        if j.writer is not None and not j.dead:
+            j.writer.close()  # EOF: the server exits by itself
+        try:
+            await asyncio.wait_for(j.proc.wait(), _EXIT_AFTER_EOF_WAIT)
+        except (TimeoutError, asyncio.TimeoutError):
+            self._signal_group(j, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(j.proc.wait(), _EXIT_AFTER_TERM_WAIT)
+            except (TimeoutError, asyncio.TimeoutError):
+                await self._kill(j)
+        self._signal_group(j, signal.SIGKILL)  # children it left in its group
+        self._post_mortem(j)
+        if j.reader_task is not None:
+            j.reader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await j.reader_task
+        death = JuliaDiedError(f"Julia {reason}")
+        j.dead, j.death = True, j.death or death
+        ex = self._current
+        if ex is not None and not ex.future.done():
+            ex.future.set_exception(death)
+        for key, waiter in list(self._waiters.items()):
+            if not waiter.done():
+                waiter.set_exception(death)
+            self._waiters.pop(key, None)
+
+    async def _kill(self, j: _Julia) -> None:
+        """SIGKILL Julia's whole process group and reap it."""
+        self._signal_group(j, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            j.proc.kill()
+        with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+            await asyncio.wait_for(j.proc.wait(), _REAP_WAIT)
+
+    @staticmethod
+    def _signal_group(j: _Julia, sig: signal.Signals) -> None:
+        if _IS_WINDOWS:
+            if sig is signal.SIGKILL if hasattr(signal, "SIGKILL") else True:
+                with contextlib.suppress(ProcessLookupError):
+                    j.proc.kill()
+            else:
+                with contextlib.suppress(ProcessLookupError):
+                    j.proc.terminate()
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(j.proc.pid, sig)
+
+    def _post_mortem(self, j: _Julia, *, quote_log: bool = True) -> str:
+        """Collect what Julia wrote to fd 2 that its pump never forwarded; append it to the log.
+
+        Return the end of it, or (with ``quote_log``) the end of the log if there was none.
+        """
+        chunks = []
+        if j.stderr_fd is not None:
+            with contextlib.suppress(OSError):
+                while data := os.read(j.stderr_fd, 65536):
+                    chunks.append(data)
+            with contextlib.suppress(OSError):
+                os.close(j.stderr_fd)
+            j.stderr_fd = None
+        text = b"".join(chunks)
+        if text:
+            with contextlib.suppress(OSError), open(j.log_path, "ab") as f:
+                f.write(text)
+        tail = text[-_STDERR_TAIL_BYTES:].decode("utf-8", "replace").strip()
+        if not tail and quote_log:
+            tail = self._log_tail(j.log_path)
+        return tail
+
+    @staticmethod
+    def _log_tail(path: Path) -> str:
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - _LOG_TAIL_BYTES))
+                return f.read().decode("utf-8", "replace").strip()
+        except OSError as exc:
+            return f"(could not read it: {exc})"
+
+
+async def _finished(ex: _Execution, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for the execution's result; return whether it came."""
+    if ex.future.done():
+        return True
+    if timeout <= 0:
+        return False
+    with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+        await asyncio.wait_for(asyncio.shield(ex.future), timeout)
+    return ex.future.done()
+
+
+def _json(frame: Frame) -> dict[str, Any]:
+    try:
+        value = json.loads(frame.payload)
+    except ValueError as exc:
+        msg = f"{frame.kind.name} frame payload is not JSON: {frame.payload[:80]!r}"
+        raise ProtocolError(msg) from exc
+    if not isinstance(value, dict):
+        msg = f"{frame.kind.name} frame payload is not a JSON object: {frame.payload[:80]!r}"
+        raise ProtocolError(msg)
+    return value
