@@ -47,6 +47,11 @@
 
 module JKernel
 
+# This module is I/O glue: LLVM optimisation buys nothing and costs start-up time.
+@static if isdefined(Base.Experimental, Symbol("@optlevel"))
+    Base.Experimental.@optlevel 0
+end
+
 using Sockets
 using REPL
 using Base64: base64encode
@@ -202,13 +207,17 @@ end
 
 # ---- frames ----
 
-function send_frame(kind::String, args, payload::AbstractVector{UInt8} = UInt8[])
+"""
+    send_frame(kind, args, payload)
+
+Write one frame; `args` is the header's arguments as one string ("" for none). Strings keep this
+to one compiled specialization, which matters for start-up time.
+"""
+function send_frame(kind::String, args::String, payload::AbstractVector{UInt8} = UInt8[])
     io = IOBuffer()
-    print(io, kind)
-    for a in args
-        print(io, ' ', a)
-    end
-    print(io, ' ', length(payload), '\n')
+    write(io, kind)
+    isempty(args) || write(io, ' ', args)
+    write(io, ' ', string(length(payload)), '\n')
     write(io, payload)
     buf = take!(io)
     # One write call submits the whole frame to libuv, so frames from different tasks never
@@ -224,7 +233,7 @@ function send_frame(kind::String, args, payload::AbstractVector{UInt8} = UInt8[]
     end
     return nothing
 end
-send_frame(kind::String, args, payload::AbstractString) = send_frame(kind, args, Vector{UInt8}(payload))
+send_frame(kind::String, args::String, payload::String) = send_frame(kind, args, codeunits(payload))
 
 protocol_failure(msg) = (diag("protocol error: ", msg, "; closing the connection"); exit(86))
 
@@ -280,7 +289,7 @@ function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
         put!(QUEUE, (id, String(payload)))
     elseif kind == "INT"
         if id == CURRENT[] && forward_interrupt()
-            send_frame("ACK", (id,))
+            send_frame("ACK", string(id))
         end
     elseif kind == "TXT" || kind == "NIN"
         ch = INPUT_WAIT[]
@@ -293,11 +302,11 @@ function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
         (cursor === nothing || cursor < 0) && protocol_failure("bad cursor in QRY $id")
         code = String(payload)
         @async guarded("query") do
-            send_frame("ANS", (id,), json(answer_query(op, code, cursor)))
+            send_frame("ANS", string(id), json(answer_query(op, code, cursor)))
             false
         end
     elseif kind == "SYN"
-        send_frame("ACK", (id,))
+        send_frame("ACK", string(id))
     end
 end
 
@@ -359,7 +368,7 @@ function send_output(name::String, buf::Vector{UInt8}, from::Int, to::Int)
     FORWARDED[] += max(0, to - from + 1)
     while from <= to
         upto = min(to, from + OUT_CHUNK - 1)
-        send_frame("OUT", (name,), view(buf, from:upto))
+        send_frame("OUT", name, view(buf, from:upto))
         from = upto + 1
     end
 end
@@ -504,7 +513,7 @@ function send_display(msg::Dict{String,Any})
     end
     server_section() do
         drain_output()
-        send_frame("DSP", (id,), payload)
+        send_frame("DSP", string(id), payload)
     end
 end
 
@@ -569,7 +578,7 @@ function clear_output(wait::Bool = false)
     id == 0 && return
     server_section() do
         drain_output()
-        send_frame("CLR", (id, wait ? 1 : 0))
+        send_frame("CLR", string(id, wait ? " 1" : " 0"))
     end
     nothing
 end
@@ -592,7 +601,7 @@ function input(prompt::AbstractString = ""; password::Bool = false)
     server_section() do
         drain_output()
         INPUT_WAIT[] = ch
-        send_frame("INP", (id, password ? 1 : 0), String(prompt))
+        send_frame("INP", string(id, password ? " 1" : " 0"), String(prompt))
     end
     reply = try
         take!(ch)
@@ -713,22 +722,25 @@ function error_report(e, bt)
     return ename, evalue, full
 end
 
-function evaluate(id::Int, code::String)
-    CURRENT[] = id
-    LAST_ID[] = id
-    PENDING_INTERRUPT[] = false
-    notify(EVAL_STARTED)
+"""
+    run_cell(mod, code, filename) -> (status, text, rich, report)
+
+Evaluate `code` in `mod` the way the REPL does and render the outcome: status "ok" with the
+value's text/plain (and its MIME bundle when richer), or "err" / "int" with an error report.
+Sends nothing, so `warm_up` can run it too.
+"""
+function run_cell(mod::Module, code::String, filename::String)
     status = "ok"
     text = ""
     rich = nothing
     report = nothing
     try
         IN_USER[] = true
-        ast = parse_cell(code, "In[$id]")
+        ast = parse_cell(code, filename)
         for f in BACKEND[].ast_transforms
             ast = Base.invokelatest(f, ast)
         end
-        value = Core.eval(Main, ast)
+        value = Core.eval(mod, ast)
         if value !== nothing && !ends_with_semicolon(code)
             data = Base.invokelatest(mime_bundle, value)
             text = data["text/plain"]
@@ -740,7 +752,7 @@ function evaluate(id::Int, code::String)
         bt = catch_backtrace()
         status = is_interrupt(e) ? "int" : "err"
         report = try
-            IN_USER[] = true
+            IN_USER[] = true   # showing an error runs user code (showerror methods) too
             r = Base.invokelatest(error_report, e, bt)
             IN_USER[] = false
             r
@@ -750,26 +762,87 @@ function evaluate(id::Int, code::String)
                 ("Error", "", "error while showing an error")
         end
     end
+    return status, text, rich, report
+end
+
+function evaluate(id::Int, code::String)
+    CURRENT[] = id
+    LAST_ID[] = id
+    PENDING_INTERRUPT[] = false
+    notify(EVAL_STARTED)
+    status, text, rich, report = run_cell(Main, code, "In[$id]")
     disable_sigint() do
         drain_output()
         set_buffering!(false)
         if report !== nothing
             ename, evalue, full = report
-            tb = split(full, '\n')
-            send_frame("ERR", (id,), json(Dict("ename" => ename, "evalue" => capped(evalue),
+            send_frame("ERR", string(id), json(Dict("ename" => ename, "evalue" => capped(evalue),
                                                "traceback" => split(capped(full), '\n'))))
             text = full
         elseif rich !== nothing
             payload = json(Dict("data" => rich, "metadata" => Dict{String,Any}()))
-            length(payload) <= RICH_CAP && send_frame("VAL", (id,), payload)
+            length(payload) <= RICH_CAP && send_frame("VAL", string(id), payload)
         end
         CURRENT[] = 0
         PENDING_INTERRUPT[] = false
-        send_frame("RES", (id, status), capped(text))
+        send_frame("RES", string(id, " ", status), capped(text))
+    end
+end
+
+const READY = Condition()
+const IS_READY = Ref(false)
+
+"""
+    warm_up()
+
+Compile what nearly every session needs (showing errors and common values) right after the
+handshake, while the user is still typing: Julia needs ~0.35 s for its first `showerror` and
+~0.3 s per element type to print an array. It runs a step at a time and stops as soon as a
+request is queued, so it never delays a cell.
+"""
+function warm_up()
+    IS_READY[] || wait(READY)
+    scratch = Module(:JKernelWarmUp)
+    cell(code) = () -> begin
+        status, text, rich, report = run_cell(scratch, code, "warm-up")
+        report === nothing || json(Dict("ename" => report[1], "traceback" => split(report[3], '\n')))
+        rich === nothing || json(Dict("data" => rich))
+        capped(text)
+    end
+    steps = Any[
+        () -> (drain_output(); set_buffering!(true); set_buffering!(false)),
+        cell("1 + 1"),
+        cell("error(\"e\")"),
+        cell("[1, 2]"),
+        cell("undefined_name_"),
+        cell("[1.0, 2.0]"),
+        cell("\"s\""),
+        cell("1 + \"a\""),
+        cell("[1][2]"),
+        cell("[1.0 2.0; 3.0 4.0]"),
+        cell("Dict(\"a\" => 1)"),
+        cell("throw(InterruptException())"),
+    ]
+    for step in steps
+        yield()   # let the listener queue a request that arrived meanwhile
+        isready(QUEUE) && return
+        step()
+    end
+end
+
+function report_of(f)
+    try
+        f()
+    catch e
+        error_report(e, catch_backtrace())
     end
 end
 
 function eval_loop()
+    guarded("warm-up") do
+        warm_up()
+        false
+    end
     guarded("eval") do
         while true
             id, code = take!(QUEUE)
@@ -879,9 +952,11 @@ function main(args = ARGS)
     EVAL_TASK[] = @async eval_loop()
     @async flusher_loop()
 
-    send_frame("RDY", (token,))
-    send_frame("INF", (), json(Dict("julia_version" => string(VERSION), "pid" => getpid(),
+    send_frame("RDY", token)
+    send_frame("INF", "", json(Dict("julia_version" => string(VERSION), "pid" => getpid(),
                                     "threads" => Threads.nthreads())))
+    IS_READY[] = true
+    notify(READY)
     listener = @async listen_loop()
     guarded("main") do
         wait(listener)
