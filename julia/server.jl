@@ -789,19 +789,19 @@ function evaluate(id::Int, code::String)
     end
 end
 
-const READY = Condition()
-const IS_READY = Ref(false)
+const IDLE_BEFORE_WARM_UP = 0.2   # seconds without requests before a warm-up step runs
+const IDLE_GENERATION = Ref(0)
 
 """
-    warm_up()
+    warm_up_steps() -> Vector{Any}
 
-Compile what nearly every session needs (showing errors and common values) right after the
-handshake, while the user is still typing: Julia needs ~0.35 s for its first `showerror` and
-~0.3 s per element type to print an array. It runs a step at a time and stops as soon as a
-request is queued, so it never delays a cell.
+What nearly every session needs compiled (showing errors and common values, the result path):
+Julia needs ~0.35 s for its first `showerror` and ~0.3 s per element type to print an array.
+`eval_loop` runs these one at a time once Julia has been idle for `IDLE_BEFORE_WARM_UP`, so the
+first cells of an interactive session answer in milliseconds and a batch run is never delayed
+by more than one step.
 """
-function warm_up()
-    IS_READY[] || wait(READY)
+function warm_up_steps()
     scratch = Module(:JKernelWarmUp)
     cell(code) = () -> begin
         status, text, rich, report = run_cell(scratch, code, "warm-up")
@@ -809,10 +809,11 @@ function warm_up()
         rich === nothing || json(Dict("data" => rich))
         capped(text)
     end
-    steps = Any[
+    return Any[
         () -> (drain_output(); set_buffering!(true); set_buffering!(false)),
         cell("1 + 1"),
         cell("error(\"e\")"),
+        cell("throw(InterruptException())"),
         cell("[1, 2]"),
         cell("undefined_name_"),
         cell("[1.0, 2.0]"),
@@ -821,12 +822,16 @@ function warm_up()
         cell("[1][2]"),
         cell("[1.0 2.0; 3.0 4.0]"),
         cell("Dict(\"a\" => 1)"),
-        cell("throw(InterruptException())"),
     ]
-    for step in steps
-        yield()   # let the listener queue a request that arrived meanwhile
-        isready(QUEUE) && return
-        step()
+end
+
+"""Queue an idle tick (id <= 0) if no request arrives within `IDLE_BEFORE_WARM_UP`."""
+function schedule_idle_tick()
+    gen = IDLE_GENERATION[]
+    @async guarded("idle tick") do
+        sleep(IDLE_BEFORE_WARM_UP)
+        gen == IDLE_GENERATION[] && !isready(QUEUE) && put!(QUEUE, (-gen, ""))
+        false
     end
 end
 
@@ -839,14 +844,17 @@ function report_of(f)
 end
 
 function eval_loop()
-    guarded("warm-up") do
-        warm_up()
-        false
-    end
+    steps = warm_up_steps()
     guarded("eval") do
         while true
+            isempty(steps) || schedule_idle_tick()
             id, code = take!(QUEUE)
-            evaluate(id, code)
+            if id > 0
+                IDLE_GENERATION[] += 1
+                evaluate(id, code)
+            elseif -id == IDLE_GENERATION[] && !isready(QUEUE) && !isempty(steps)
+                quietly(popfirst!(steps))
+            end
         end
     end
 end
@@ -946,17 +954,15 @@ function main(args = ARGS)
     SOCK[] = sock
 
     redirect_output!()
-    Core.eval(Base, :(stdin = $(KernelStdin(IOBuffer()))))
+    Core.eval(Base, :(stdin = $(KernelStdin(PipeBuffer()))))
     pushdisplay(KernelDisplay())
     install_interrupt_sink!()
-    EVAL_TASK[] = @async eval_loop()
     @async flusher_loop()
 
     send_frame("RDY", token)
     send_frame("INF", "", json(Dict("julia_version" => string(VERSION), "pid" => getpid(),
                                     "threads" => Threads.nthreads())))
-    IS_READY[] = true
-    notify(READY)
+    EVAL_TASK[] = @async eval_loop()   # after the handshake: its warm-up must not delay it
     listener = @async listen_loop()
     guarded("main") do
         wait(listener)

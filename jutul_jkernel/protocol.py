@@ -164,7 +164,7 @@ class Decoder:
     def check_eof(self) -> None:
         """Raise ProtocolError if the stream ended inside a frame."""
         if self._pending is not None:
-            kind, args, nbytes = self._pending
+            kind, _args, nbytes = self._pending
             msg = (
                 f"connection closed inside a {kind.name} frame: "
                 f"{len(self._buf)} of {nbytes} payload bytes arrived"

@@ -84,8 +84,14 @@ class JuliaStartupError(RuntimeError):
 class JuliaDiedError(RuntimeError):
     """The Julia process ended while something was waiting on it."""
 
-    def __init__(self, message: str, *, exit_description: str = "", stderr_tail: str = "",
-                 log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        exit_description: str = "",
+        stderr_tail: str = "",
+        log_path: Path | None = None,
+    ) -> None:
         super().__init__(message)
         self.exit_description = exit_description
         self.stderr_tail = stderr_tail
@@ -270,8 +276,13 @@ class JuliaSupervisor:
                 await self._sync()
             j = self._julia
             assert j is not None and j.writer is not None
-            ex = _Execution(self._new_id(), on_output, on_display, on_input,
-                            asyncio.get_running_loop().create_future())
+            ex = _Execution(
+                self._new_id(),
+                on_output,
+                on_display,
+                on_input,
+                asyncio.get_running_loop().create_future(),
+            )
             self._current = ex
             j.stderr_tail.clear()  # a death report quotes this execution's stderr only
             try:
@@ -337,8 +348,13 @@ class JuliaSupervisor:
 
     def _argv(self, port: int) -> list[str]:
         julia = shutil.which(self.julia) or self.julia
-        return [julia, "--startup-file=no", *self.julia_args,
-                str(_resources.server_script()), str(port)]
+        return [
+            julia,
+            "--startup-file=no",
+            *self.julia_args,
+            str(_resources.server_script()),
+            str(port),
+        ]
 
     def _child_env(self, token: str) -> dict[str, str]:
         env = {**os.environ, **self.env}
@@ -388,14 +404,22 @@ class JuliaSupervisor:
             env["JUTUL_JKERNEL_STDERR_FD"] = str(err_read)
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=fd, stderr=err_write,
-                cwd=self.cwd, env=env, **kwargs)
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=fd,
+                stderr=err_write,
+                cwd=self.cwd,
+                env=env,
+                **kwargs,
+            )
         except OSError as exc:
             listener.close()
             if err_read is not None:
                 os.close(err_read)
-            msg = (f"could not start Julia with {argv[0]!r}: {exc}. Install Julia (juliaup, or "
-                   "`make setup` in a checkout) or point JUTUL_JKERNEL_JULIA at the executable.")
+            msg = (
+                f"could not start Julia with {argv[0]!r}: {exc}. Install Julia (juliaup, or "
+                "`make setup` in a checkout) or point JUTUL_JKERNEL_JULIA at the executable."
+            )
             raise JuliaStartupError(msg) from exc
         finally:
             os.close(fd)
@@ -405,12 +429,15 @@ class JuliaSupervisor:
             os.set_blocking(err_read, False)
         j = _Julia(proc, log_path, err_read)
         try:
-            conn, decoder = await asyncio.wait_for(self._accept(j, listener, token),
-                                                   self.startup_timeout)
+            conn, decoder = await asyncio.wait_for(
+                self._accept(j, listener, token), self.startup_timeout
+            )
         except (TimeoutError, asyncio.TimeoutError):
             await self._kill(j)
-            msg = (f"Julia ({argv[0]}) did not connect within {self.startup_timeout:g} s. "
-                   f"Its log is {log_path}:\n{self._post_mortem(j)}")
+            msg = (
+                f"Julia ({argv[0]}) did not connect within {self.startup_timeout:g} s. "
+                f"Its log is {log_path}:\n{self._post_mortem(j)}"
+            )
             raise JuliaStartupError(msg) from None
         except BaseException:
             await self._kill(j)
@@ -434,8 +461,9 @@ class JuliaSupervisor:
             raise JuliaStartupError(str(exc)) from None
         log.info("Julia %s started (pid %s, log %s)", self.julia_version, proc.pid, log_path)
 
-    async def _accept(self, j: _Julia, listener: socket.socket,
-                      token: str) -> tuple[socket.socket, Decoder]:
+    async def _accept(
+        self, j: _Julia, listener: socket.socket, token: str
+    ) -> tuple[socket.socket, Decoder]:
         """Accept connections until one opens with RDY and our token."""
         loop = asyncio.get_running_loop()
         exited = asyncio.ensure_future(j.proc.wait())
@@ -445,8 +473,10 @@ class JuliaSupervisor:
                 await asyncio.wait({accepted, exited}, return_when=asyncio.FIRST_COMPLETED)
                 if not accepted.done():
                     accepted.cancel()
-                    msg = (f"Julia ({self.julia}) {describe_exit(j.proc.returncode)} before "
-                           f"connecting. Its log is {j.log_path}:\n{self._post_mortem(j)}")
+                    msg = (
+                        f"Julia ({self.julia}) {describe_exit(j.proc.returncode)} before "
+                        f"connecting. Its log is {j.log_path}:\n{self._post_mortem(j)}"
+                    )
                     raise JuliaStartupError(msg)
                 conn, peer = accepted.result()
                 decoder = Decoder()
@@ -458,8 +488,11 @@ class JuliaSupervisor:
                     continue
                 if first.kind is FrameKind.RDY and secrets.compare_digest(first.args[0], token):
                     return conn, decoder
-                log.warning("refused a connection from %s: its first frame was not RDY with "
-                            "the right token", peer)
+                log.warning(
+                    "refused a connection from %s: its first frame was not RDY with "
+                    "the right token",
+                    peer,
+                )
                 conn.close()
         finally:
             exited.cancel()
@@ -535,8 +568,7 @@ class JuliaSupervisor:
                 waiter.set_result(_json(frame) if kind is FrameKind.ANS else None)
             return
         if kind is FrameKind.RDY:
-            msg = "a second RDY frame"
-            raise ProtocolError(msg)
+            raise ProtocolError("a second RDY frame")
         if ex is None or int(args[0]) != ex.id:
             log.debug("dropped a %s frame for execution %s: not running", kind.name, args[0])
             return
@@ -551,8 +583,11 @@ class JuliaSupervisor:
             ex.data = _json(frame).get("data")
         elif kind is FrameKind.ERR:
             err = _json(frame)
-            ex.error = ErrorInfo(str(err.get("ename", "Error")), str(err.get("evalue", "")),
-                                 [str(line) for line in err.get("traceback", [])])
+            ex.error = ErrorInfo(
+                str(err.get("ename", "Error")),
+                str(err.get("evalue", "")),
+                [str(line) for line in err.get("traceback", [])],
+            )
         elif kind is FrameKind.INP:
             task = asyncio.create_task(self._answer_input(j, ex, frame))
             ex.input_tasks.add(task)
@@ -573,17 +608,25 @@ class JuliaSupervisor:
             return
         result = ExecutionResult(
             status="ok" if status == "ok" else "error" if status == "err" else "interrupted",
-            text=text, data=ex.data, error=ex.error)
+            text=text,
+            data=ex.data,
+            error=ex.error,
+        )
         if result.status == "interrupted" and ex.forced:
-            result.notice = ("The interrupt had to be forced (the code was not at a safepoint); "
-                             "Julia's state may be inconsistent. Restart if anything misbehaves.")
+            result.notice = (
+                "The interrupt had to be forced (the code was not at a safepoint); "
+                "Julia's state may be inconsistent. Restart if anything misbehaves."
+            )
         ex.future.set_result(result)
 
     async def _answer_input(self, j: _Julia, ex: _Execution, frame: Frame) -> None:
         prompt = frame.payload.decode("utf-8", "replace")
         if ex.on_input is None:
-            reply = encode(FrameKind.NIN, ex.id,
-                           payload=b"stdin is not available: this frontend does not take input")
+            reply = encode(
+                FrameKind.NIN,
+                ex.id,
+                payload=b"stdin is not available: this frontend does not take input",
+            )
         else:
             try:
                 line = await ex.on_input(prompt, frame.args[1] == "1")
@@ -603,8 +646,9 @@ class JuliaSupervisor:
         waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiters[qid] = waiter
         try:
-            await self._send(j, encode(FrameKind.QRY, qid, op, max(0, cursor),
-                                       payload=code.encode()))
+            await self._send(
+                j, encode(FrameKind.QRY, qid, op, max(0, cursor), payload=code.encode())
+            )
             result: dict[str, Any] = await waiter
             return result
         finally:
@@ -700,15 +744,21 @@ class JuliaSupervisor:
         if tail:
             message += f"\nThe end of its stderr:\n{tail}"
         message += f"\nJulia's log: {j.log_path}"
-        j.death = JuliaDiedError(message, exit_description=how, stderr_tail=tail,
-                                 log_path=j.log_path)
+        j.death = JuliaDiedError(
+            message, exit_description=how, stderr_tail=tail, log_path=j.log_path
+        )
         ex = self._current
         if ex is not None and not ex.future.done():
             if ex.killed_for_interrupt:
-                ex.future.set_result(ExecutionResult(
-                    status="interrupted", text="InterruptException", state_kept=False,
-                    notice="Julia did not respond to interrupts and was restarted: variables, "
-                           "functions and packages loaded before are gone."))
+                ex.future.set_result(
+                    ExecutionResult(
+                        status="interrupted",
+                        text="InterruptException",
+                        state_kept=False,
+                        notice="Julia did not respond to interrupts and was restarted: variables, "
+                        "functions and packages loaded before are gone.",
+                    )
+                )
             else:
                 ex.future.set_exception(j.death)
         for key, waiter in list(self._waiters.items()):
@@ -724,7 +774,8 @@ class JuliaSupervisor:
             elif not self._closed:
                 self._lost_state = (
                     f"Julia {how} during an earlier execution; this one ran in a fresh Julia "
-                    "session: variables, functions and packages loaded before are gone.")
+                    "session: variables, functions and packages loaded before are gone."
+                )
 
     def _start_in_background(self) -> None:
         async def start() -> None:
@@ -746,12 +797,12 @@ class JuliaSupervisor:
         try:
             await asyncio.wait_for(j.proc.wait(), _EXIT_AFTER_EOF_WAIT)
         except (TimeoutError, asyncio.TimeoutError):
-            self._signal_group(j, signal.SIGTERM)
+            self._signal_group(j, kill=False)
             try:
                 await asyncio.wait_for(j.proc.wait(), _EXIT_AFTER_TERM_WAIT)
             except (TimeoutError, asyncio.TimeoutError):
                 await self._kill(j)
-        self._signal_group(j, signal.SIGKILL)  # children it left in its group
+        self._signal_group(j, kill=True)  # children it left in its group
         self._post_mortem(j)
         if j.reader_task is not None:
             j.reader_task.cancel()
@@ -769,24 +820,21 @@ class JuliaSupervisor:
 
     async def _kill(self, j: _Julia) -> None:
         """SIGKILL Julia's whole process group and reap it."""
-        self._signal_group(j, signal.SIGKILL)
+        self._signal_group(j, kill=True)
         with contextlib.suppress(ProcessLookupError):
             j.proc.kill()
         with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
             await asyncio.wait_for(j.proc.wait(), _REAP_WAIT)
 
     @staticmethod
-    def _signal_group(j: _Julia, sig: signal.Signals) -> None:
-        if _IS_WINDOWS:
-            if sig is signal.SIGKILL if hasattr(signal, "SIGKILL") else True:
-                with contextlib.suppress(ProcessLookupError):
-                    j.proc.kill()
-            else:
-                with contextlib.suppress(ProcessLookupError):
-                    j.proc.terminate()
+    def _signal_group(j: _Julia, *, kill: bool) -> None:
+        """SIGKILL (or SIGTERM) Julia's process group, children included."""
+        if _IS_WINDOWS:  # no process groups to signal: end Julia itself
+            with contextlib.suppress(ProcessLookupError):
+                j.proc.kill() if kill else j.proc.terminate()
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(j.proc.pid, sig)
+            os.killpg(j.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
 
     def _post_mortem(self, j: _Julia, *, quote_log: bool = True) -> str:
         """Collect what Julia wrote to fd 2 that its pump never forwarded; append it to the log.

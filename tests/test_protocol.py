@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -111,7 +113,7 @@ def test_single_byte_feeds_return_each_frame_on_its_last_byte() -> None:
     got: list[Frame] = []
     for i in range(len(data)):
         out = dec.feed(data[i : i + 1])
-        expected = [f for f, end in zip(frames, ends) if end == i + 1]
+        expected = [f for f, end in zip(frames, ends, strict=True) if end == i + 1]
         assert out == expected, f"at offset {i}"
         got += out
     dec.check_eof()
@@ -422,13 +424,11 @@ def test_arg_strategies_cover_every_kind() -> None:
 def test_random_frames_survive_random_splits(frames: list[Frame], data: st.DataObject) -> None:
     """Any list of valid frames, encoded, concatenated and split anywhere, decodes to itself."""
     stream = b"".join(encode(f.kind, *f.args, payload=f.payload) for f in frames)
-    cuts = sorted(
-        data.draw(st.lists(st.integers(min_value=0, max_value=len(stream)), max_size=20))
-    )
+    cuts = sorted(data.draw(st.lists(st.integers(min_value=0, max_value=len(stream)), max_size=20)))
     bounds = [0, *cuts, len(stream)]
     dec = Decoder()
     got: list[Frame] = []
-    for lo, hi in zip(bounds, bounds[1:]):
+    for lo, hi in itertools.pairwise(bounds):
         got += dec.feed(stream[lo:hi])
     dec.check_eof()
     assert got == frames

@@ -1,0 +1,80 @@
+"""Shared fixtures: a real Julia for integration tests, and a guard that none is left behind."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import psutil
+import pytest
+
+from jutul_jkernel.supervisor import JuliaSupervisor
+
+# Every fixture-made supervisor gets this much time to start; a cold Julia needs ~1 s here.
+STARTUP_TIMEOUT = 60.0
+# How long a test waits for processes it ended to be reaped before calling them leaked.
+REAP_GRACE = 5.0
+
+
+def julia_descendants() -> list[psutil.Process]:
+    """Julia processes started, directly or not, by this test process."""
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "julia" in p.name() or any("server.jl" in a for a in p.cmdline()):
+                found.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+# Supervisors shared by a whole test module: their Julia is expected to outlive one test.
+SHARED: list[JuliaSupervisor] = []
+
+
+def _leftovers() -> list[psutil.Process]:
+    shared = {s.pid for s in SHARED}
+    return [p for p in julia_descendants() if p.pid not in shared]
+
+
+@pytest.fixture(autouse=True)
+def no_julia_left_behind() -> Iterator[None]:
+    """Fail the test if a Julia it started is still alive (or a zombie) afterwards."""
+    yield
+    deadline = time.monotonic() + REAP_GRACE
+    left = _leftovers()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = _leftovers()
+    for p in left:
+        p.kill()
+    assert not left, f"Julia processes left behind: {[p.pid for p in left]}"
+
+
+@pytest.fixture
+async def julia() -> AsyncIterator[JuliaSupervisor]:
+    """A started supervisor with default settings, shut down after the test."""
+    sup = JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT)
+    await sup.start()
+    try:
+        yield sup
+    finally:
+        await sup.shutdown()
+
+
+class Output:
+    """Collects live output per stream, in arrival order."""
+
+    def __init__(self) -> None:
+        self.chunks: list[tuple[str, bytes]] = []
+
+    def __call__(self, stream: str, data: bytes) -> None:
+        self.chunks.append((stream, data))
+
+    def text(self, stream: str = "stdout") -> str:
+        return b"".join(d for s, d in self.chunks if s == stream).decode("utf-8", "replace")
+
+
+@pytest.fixture
+def output() -> Output:
+    return Output()

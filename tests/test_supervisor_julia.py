@@ -1,0 +1,639 @@
+"""The supervisor against a real Julia: evaluation, capture, interrupts, deaths, lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psutil
+import pytest
+import pytest_asyncio
+
+from jutul_jkernel import protocol
+from jutul_jkernel.supervisor import (
+    ExecutionResult,
+    JuliaDiedError,
+    JuliaStartupError,
+    JuliaSupervisor,
+    default_threads,
+)
+
+from .conftest import SHARED, STARTUP_TIMEOUT, Output
+
+pytestmark = pytest.mark.integration
+
+# Bounds for the interrupt cases: each must end well within the escalation's own budget
+# (INT 0.05 s + SIGINT 2 s + burst 0.25 s + 3 s + restart).
+INTERRUPT_BOUND = 15.0
+CELL_BOUND = 30.0
+
+
+async def run(julia: JuliaSupervisor, code: str, out: Output | None = None) -> ExecutionResult:
+    return await asyncio.wait_for(julia.execute(code, out), CELL_BOUND)
+
+
+async def interrupt_after(
+    julia: JuliaSupervisor, code: str, delay: float, out: Output | None = None
+) -> tuple[ExecutionResult, float]:
+    """Start ``code``, interrupt it after ``delay`` s; return its result and the latency."""
+    task = asyncio.create_task(julia.execute(code, out))
+    await asyncio.sleep(delay)
+    assert not task.done(), "the cell ended before it was interrupted"
+    t0 = time.perf_counter()
+    await julia.interrupt()
+    result = await asyncio.wait_for(task, INTERRUPT_BOUND)
+    return result, time.perf_counter() - t0
+
+
+# ---- evaluation ----
+
+
+async def test_state_persists_across_executions(julia: JuliaSupervisor) -> None:
+    """A variable and a function defined in one execution are there in the next."""
+    await run(julia, "x = 20; f(y) = y + 1")
+    assert (await run(julia, "f(x) + 1")).text == "22"
+
+
+async def test_value_text_is_repl_style(julia: JuliaSupervisor) -> None:
+    """ok carries the REPL's text/plain; nothing and a trailing `;` give no text."""
+    r = await run(julia, "[1, 2, 3]")
+    assert r.status == "ok"
+    assert r.text.splitlines()[1:] == [" 1", " 2", " 3"]
+    assert r.text.startswith("3-element")
+    assert (await run(julia, "nothing")).text == ""
+    assert (await run(julia, "y = 5;")).text == ""
+    assert (await run(julia, "y")).text == "5"
+
+
+async def test_several_top_level_expressions_run_in_order(julia: JuliaSupervisor) -> None:
+    """Each top-level expression is evaluated in order; the last one gives the value."""
+    code = "a = 1\nmacro twice(e) esc(:($e; $e)) end\n@twice a += 1\na * 10"
+    assert (await run(julia, code)).text == "30"
+
+
+async def test_error_is_a_result_with_a_trimmed_backtrace(julia: JuliaSupervisor) -> None:
+    """A Julia error returns status error with ename, evalue and a backtrace of user frames."""
+    r = await run(julia, 'inner() = error("boom")\nouter() = inner()\nouter()')
+    assert r.status == "error"
+    assert r.error is not None
+    assert r.error.ename == "ErrorException"
+    assert r.error.evalue == "boom"
+    assert "inner()" in r.text and "outer()" in r.text
+    assert "server.jl" not in r.text
+    assert r.text.startswith("boom")
+    assert (await run(julia, "1 + 1")).text == "2"
+
+
+async def test_syntax_error_names_the_problem(julia: JuliaSupervisor) -> None:
+    """A parse error is an error result, not a crash, and shows no bogus frames."""
+    r = await run(julia, "x = (1 +* 2")
+    assert r.status == "error"
+    assert "syntax" in r.text
+    assert "none:" not in r.text
+
+
+async def test_result_is_capped_but_output_is_not(julia: JuliaSupervisor, output: Output) -> None:
+    """A result over 64 KiB is cut with a note; the same text printed arrives whole."""
+    r = await run(julia, 'repeat("a", 200_000)')
+    assert len(r.text.encode()) <= 64 * 1024
+    assert "more bytes cut" in r.text
+    await run(julia, 'print(repeat("b", 200_000))', output)
+    assert output.text() == "b" * 200_000
+
+
+async def test_include_resolves_against_working_directory(tmp_path: Path) -> None:
+    """include("f.jl") at top level finds f.jl in the process's working directory."""
+    (tmp_path / "f.jl").write_text("included_value = 41\n")
+    sup = JuliaSupervisor(cwd=tmp_path, startup_timeout=STARTUP_TIMEOUT)
+    try:
+        await run(sup, 'include("f.jl")')
+        assert (await run(sup, "included_value + 1")).text == "42"
+        assert (await run(sup, "pwd()")).text == repr(str(tmp_path)).replace("'", '"')
+    finally:
+        await sup.shutdown()
+
+
+# ---- output capture ----
+
+
+async def test_julia_c_and_child_output_are_captured_in_order(
+    julia: JuliaSupervisor, output: Output
+) -> None:
+    """println, C puts (flushed at the end) and a child process all reach stdout, in order."""
+    code = textwrap.dedent("""
+        println("one")
+        run(`echo two`)
+        println("three")
+        ccall(:puts, Cint, (Cstring,), "from C")
+        println(stderr, "to stderr")
+    """)
+    r = await run(julia, code, output)
+    assert r.status == "ok"
+    assert output.text().splitlines() == ["one", "two", "three", "from C"]
+    assert output.text("stderr") == "to stderr\n"
+
+
+async def test_output_never_leaks_into_the_next_execution(
+    julia: JuliaSupervisor, output: Output
+) -> None:
+    """Everything an execution prints (even unflushed C output) arrives before its result."""
+    await run(
+        julia, 'print("tail without newline"); ccall(:printf, Cint, (Cstring,), "c-tail")', output
+    )
+    assert output.text() == "tail without newlinec-tail"
+    second = Output()
+    await run(julia, 'print("next")', second)
+    assert second.text() == "next"
+
+
+async def test_large_and_binary_output_arrive_intact(
+    julia: JuliaSupervisor, output: Output
+) -> None:
+    """Several MB of output and arbitrary bytes (NUL, invalid UTF-8) arrive byte-exact."""
+    r = await run(
+        julia,
+        "write(stdout, UInt8[0x00, 0xff, 0xfe, 0x41]); "
+        "for i in 1:50_000; println(lpad(i, 60)); end",
+        output,
+    )
+    assert r.status == "ok"
+    data = b"".join(d for s, d in output.chunks if s == "stdout")
+    assert data.startswith(b"\x00\xff\xfe\x41")
+    lines = data[4:].splitlines()
+    assert len(lines) == 50_000
+    assert lines[-1].strip() == b"50000"
+
+
+async def test_logging_and_display_are_captured(julia: JuliaSupervisor, output: Output) -> None:
+    """@warn goes to stderr and display(x) to the display callback, in order with prints."""
+    shown: list[dict[str, object]] = []
+    code = 'println("before"); @warn "careful"; display([1, 2]); println("after")'
+    r = await asyncio.wait_for(julia.execute(code, output, on_display=shown.append), CELL_BOUND)
+    assert r.status == "ok"
+    assert "careful" in output.text("stderr")
+    assert output.text() == "before\nafter\n"
+    assert len(shown) == 1
+    assert shown[0]["type"] == "display_data"
+    assert "2-element" in shown[0]["data"]["text/plain"]  # type: ignore[index]
+
+
+async def test_display_without_callback_falls_back_to_text(
+    julia: JuliaSupervisor, output: Output
+) -> None:
+    """With no display callback, display(x) prints its text/plain to stdout."""
+    await run(julia, 'display("text/html", HTML("<b>x</b>")); display(3)', output)
+    assert "3" in output.text().splitlines()
+
+
+async def test_rich_value_comes_with_its_mime_bundle(julia: JuliaSupervisor) -> None:
+    """A value that can show text/html returns that next to text/plain."""
+    r = await run(julia, 'HTML("<b>bold</b>")')
+    assert r.data is not None
+    assert r.data["text/html"] == "<b>bold</b>"
+    assert "text/plain" in r.data
+
+
+async def test_stdin_is_answered_by_the_input_callback(
+    julia: JuliaSupervisor, output: Output
+) -> None:
+    """readline() asks on_input (after the prompt printed before it) and returns the answer."""
+    prompts: list[tuple[str, bool]] = []
+
+    async def answer(prompt: str, password: bool) -> str:
+        prompts.append((prompt, password))
+        assert output.text() == "name? "  # the prompt arrived before the request
+        return "Ada"
+
+    r = await asyncio.wait_for(
+        julia.execute('print("name? "); n = readline(); "hi " * n', output, on_input=answer),
+        CELL_BOUND,
+    )
+    assert r.text == '"hi Ada"'
+    assert prompts == [("", False)]
+
+
+async def test_stdin_without_a_frontend_is_a_clear_error(julia: JuliaSupervisor) -> None:
+    """readline() with no input callback raises an error naming the reason; state survives."""
+    await run(julia, "kept = 1")
+    r = await run(julia, "readline()")
+    assert r.status == "error"
+    assert "stdin is not available" in r.text
+    assert (await run(julia, "kept")).text == "1"
+
+
+async def test_queries(julia: JuliaSupervisor) -> None:
+    """complete, inspect and is_complete answer from the running Julia."""
+    await run(julia, "my_variable_for_test = 1")
+    c = await julia.complete("my_variable_f", 13)
+    assert c["matches"] == ["my_variable_for_test"]
+    assert (c["cursor_start"], c["cursor_end"]) == (0, 13)
+    c = await julia.complete("x = ∑ + prin", 12)  # code points, not bytes
+    assert "println" in c["matches"]
+    assert c["cursor_start"] == 8
+    doc = await julia.inspect("sum(x)", 2)
+    assert doc["found"] is True
+    assert "sum" in doc["data"]["text/plain"]
+    assert (await julia.is_complete("for i in 1:3"))["status"] == "incomplete"
+    assert (await julia.is_complete("for i in 1:3"))["indent"] == "    "
+    assert (await julia.is_complete("x = 1"))["status"] == "complete"
+    assert (await julia.is_complete("x = )"))["status"] == "invalid"
+
+
+# ---- interrupts ----
+
+INTERRUPT_CASES = {
+    "allocating loop": "while true; global junk = [1, 2, 3]; end",
+    "sleep": "sleep(1000)",
+    "wait on a Condition": "wait(Condition())",
+    "printing loop": 'while true; println("spam spam spam"); end',
+    "blocking ccall": "ccall(:sleep, Cuint, (Cuint,), 1000)",
+    "finished task then sleep": "t = @async 1 + 1; sleep(1000)",
+    "compute, print and sleep": "for i in 1:10^9; s = sum(rand(100)); println(s); "
+    "i % 50 == 0 && sleep(0.001); end",
+}
+
+
+# Julia compiles its error-report path on first use (~0.5 s); an interactive session has done so
+# while the user typed. The interrupt cases share one session that was given that time, so the
+# latencies they print are what a user sees; test_first_interrupt_in_a_fresh_session covers
+# the cold case.
+WARM_UP_WAIT = 4.0
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def warm_julia() -> AsyncIterator[JuliaSupervisor]:
+    sup = JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT)
+    await sup.start()
+    SHARED.append(sup)
+    await asyncio.sleep(WARM_UP_WAIT)
+    try:
+        yield sup
+    finally:
+        await sup.shutdown()
+        SHARED.remove(sup)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("case", list(INTERRUPT_CASES))
+async def test_interrupt_keeps_state(warm_julia: JuliaSupervisor, case: str) -> None:
+    """The running cell ends as interrupted and every variable defined before survives."""
+    julia = warm_julia
+    await run(julia, "keep = 42")
+    result, latency = await interrupt_after(julia, INTERRUPT_CASES[case], 1.0, Output())
+    assert result.status == "interrupted", result
+    assert result.state_kept
+    assert result.error is not None and result.error.ename == "InterruptException"
+    assert (await run(julia, "keep")).text == "42"
+    assert julia.alive
+    print(f"\n[interrupt] {case}: {latency * 1000:.0f} ms, state kept")
+
+
+async def test_first_interrupt_in_a_fresh_session(julia: JuliaSupervisor) -> None:
+    """Right after start (nothing compiled yet) an interrupt still keeps state."""
+    await run(julia, "keep = 42")
+    result, latency = await interrupt_after(julia, "sleep(1000)", 0.3)
+    assert result.status == "interrupted"
+    assert (await run(julia, "keep")).text == "42"
+    print(f"\n[interrupt] sleep, fresh session: {latency * 1000:.0f} ms, state kept")
+
+
+async def test_interrupt_of_a_loop_without_safepoints_is_forced(julia: JuliaSupervisor) -> None:
+    """A float spin never reaches a safepoint: the burst forces it, or a restart ends it."""
+    await run(julia, "keep = 42")
+    code = "function spin(); x = 0.0; while true; x += 1.0; end; end; spin()"
+    result, latency = await interrupt_after(julia, code, 1.0)
+    assert result.status == "interrupted"
+    assert result.notice  # forced or restarted: the user is told
+    expected = "42" if result.state_kept else ""
+    r = await run(julia, "isdefined(Main, :keep) ? keep : nothing")
+    assert r.text == expected
+    kept = "kept" if result.state_kept else "lost (restarted)"
+    print(f"\n[interrupt] spin without safepoint: {latency * 1000:.0f} ms, state {kept}")
+
+
+async def test_interrupt_when_idle_is_harmless(julia: JuliaSupervisor) -> None:
+    """interrupt() with nothing running does nothing; the next cell is not interrupted."""
+    await run(julia, "keep = 1")
+    await julia.interrupt()
+    assert (await run(julia, "sleep(0.2); keep")).text == "1"
+
+
+async def test_late_sigint_does_not_hit_the_next_cell(julia: JuliaSupervisor) -> None:
+    """After an interrupt that needed a SIGINT, the next cells run normally."""
+    await interrupt_after(julia, INTERRUPT_CASES["allocating loop"], 0.5)
+    for _ in range(3):
+        assert (await run(julia, "sleep(0.05); 7")).text == "7"
+
+
+async def test_user_code_catching_the_interrupt_can_be_interrupted_again(
+    julia: JuliaSupervisor,
+) -> None:
+    """A cell that swallows one interrupt still stops on the next one."""
+    code = "try; sleep(1000); catch; end; caught = true; sleep(1000)"
+    task = asyncio.create_task(julia.execute(code))
+    await asyncio.sleep(0.5)
+    await julia.interrupt()
+    await asyncio.sleep(0.5)
+    assert not task.done()
+    await julia.interrupt()
+    result = await asyncio.wait_for(task, INTERRUPT_BOUND)
+    assert result.status == "interrupted"
+    assert (await run(julia, "caught")).text == "true"
+
+
+# ---- deaths ----
+
+
+async def test_exit_fails_the_execution_and_the_next_one_restarts(julia: JuliaSupervisor) -> None:
+    """exit(3) fails the pending execution naming the status; the next one runs fresh."""
+    await run(julia, "keep = 1")
+    with pytest.raises(JuliaDiedError, match="exited with status 3"):
+        await run(julia, "exit(3)")
+    r = await run(julia, "isdefined(Main, :keep)")
+    assert r.text == "false"
+    assert (r.notice is not None and "state" not in r.notice) or "gone" in (r.notice or "")
+    assert (await run(julia, "1 + 1")).notice is None
+
+
+async def test_abort_is_explained_with_julias_own_report(julia: JuliaSupervisor) -> None:
+    """A crash names the signal and quotes what Julia wrote to stderr while dying."""
+    with pytest.raises(JuliaDiedError) as info:
+        await run(julia, "ccall(:abort, Cvoid, ())")
+    message = str(info.value)
+    assert "SIGABRT" in message
+    assert "signal (6)" in message
+    assert str(info.value.log_path) in message
+    assert info.value.log_path is not None and info.value.log_path.exists()
+    assert (await run(julia, "2 + 2")).text == "4"
+
+
+async def test_killed_process_is_explained(julia: JuliaSupervisor) -> None:
+    """Julia SIGKILLed from outside mid-cell: the cell fails at once naming SIGKILL."""
+    task = asyncio.create_task(julia.execute("sleep(1000)"))
+    await asyncio.sleep(0.5)
+    assert julia.pid is not None
+    os.kill(julia.pid, signal.SIGKILL)
+    with pytest.raises(JuliaDiedError, match=r"SIGKILL.*out-of-memory"):
+        await asyncio.wait_for(task, 10)
+    r = await run(julia, "3")
+    assert r.text == "3"
+    assert r.notice is not None and "gone" in r.notice
+
+
+async def test_queries_fail_fast_when_julia_dies(julia: JuliaSupervisor) -> None:
+    """Every waiter is woken with the same error when Julia dies."""
+    task = asyncio.create_task(julia.execute("sleep(1000)"))
+    await asyncio.sleep(0.3)
+    assert julia.pid is not None
+    os.kill(julia.pid, signal.SIGKILL)
+    with pytest.raises(JuliaDiedError):
+        await asyncio.wait_for(task, 10)
+
+
+# ---- lifecycle ----
+
+
+async def test_restart_clears_state(julia: JuliaSupervisor) -> None:
+    """restart() gives a fresh Julia with a new pid and no old variables."""
+    await run(julia, "keep = 1")
+    old = julia.pid
+    await julia.restart()
+    assert julia.pid != old
+    assert (await run(julia, "isdefined(Main, :keep)")).text == "false"
+
+
+async def test_shutdown_stops_a_computing_julia_quickly() -> None:
+    """Shutdown during a cell that never yields still ends Julia within about 2 s."""
+    sup = JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT)
+    await sup.start()
+    pid = sup.pid
+    task = asyncio.create_task(
+        sup.execute("function spin(); x = 0.0; while true; x += 1.0; end; end; spin()")
+    )
+    await asyncio.sleep(0.5)
+    t0 = time.perf_counter()
+    await sup.shutdown()
+    assert time.perf_counter() - t0 < 2.5
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    with pytest.raises(JuliaDiedError):
+        await asyncio.wait_for(task, 5)
+
+
+async def test_shutdown_when_idle_closes_cleanly() -> None:
+    """An idle Julia exits by itself on socket EOF, with status 0, and is reaped."""
+    sup = JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT)
+    await sup.start()
+    j = sup._julia
+    assert j is not None
+    await sup.shutdown()
+    assert j.proc.returncode == 0
+    with pytest.raises(RuntimeError, match="shut down"):
+        await sup.execute("1")
+
+
+SUPERVISOR_SCRIPT = """
+import asyncio, sys
+from jutul_jkernel.supervisor import JuliaSupervisor
+async def main():
+    sup = JuliaSupervisor()
+    await sup.start()
+    print(sup.pid, flush=True)
+    await sup.execute(sys.argv[1])
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize(
+    "cell", ["sleep(1000)", "function spin(); x = 0.0; while true; x += 1.0; end; end; spin()"]
+)
+def test_julia_does_not_outlive_a_killed_supervisor(cell: str) -> None:
+    """SIGKILL the Python process that owns Julia: Julia exits by itself within 2 s."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SUPERVISOR_SCRIPT, cell], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        julia_pid = int(line)
+        time.sleep(0.5)
+        proc.kill()
+        proc.wait(10)
+        deadline = time.monotonic() + 2.0
+        while psutil.pid_exists(julia_pid) and time.monotonic() < deadline:
+            try:
+                if psutil.Process(julia_pid).status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.05)
+        alive = (
+            psutil.pid_exists(julia_pid)
+            and psutil.Process(julia_pid).status() != psutil.STATUS_ZOMBIE
+        )
+        if alive:
+            os.kill(julia_pid, signal.SIGKILL)
+        assert not alive, "Julia outlived its SIGKILLed supervisor"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+# ---- start-up errors ----
+
+
+async def test_missing_executable_is_named(tmp_path: Path) -> None:
+    """A Julia that cannot be found fails start() naming the path and the fix."""
+    missing = str(tmp_path / "no-julia-here")
+    sup = JuliaSupervisor(julia=missing)
+    with pytest.raises(JuliaStartupError, match=r"no-julia-here.*JUTUL_JKERNEL_JULIA"):
+        await sup.start()
+    await sup.shutdown()
+
+
+async def test_boot_failure_quotes_julia_and_names_the_log() -> None:
+    """Julia exiting before the handshake: the error quotes its stderr and names the log."""
+    sup = JuliaSupervisor(julia_args=["--no-such-flag"])
+    with pytest.raises(JuliaStartupError) as info:
+        await sup.start()
+    assert "no-such-flag" in str(info.value)
+    assert "log is" in str(info.value)
+    await sup.shutdown()
+
+
+async def test_startup_timeout_is_bounded(tmp_path: Path) -> None:
+    """A Julia that never connects fails start() after the timeout, naming its log."""
+    stall = tmp_path / "stall.jl"
+    stall.write_text("sleep(1000)\n")
+    sup = JuliaSupervisor(julia_args=["-L", str(stall)], startup_timeout=3)
+    t0 = time.perf_counter()
+    with pytest.raises(JuliaStartupError, match="did not connect within 3 s"):
+        await sup.start()
+    assert time.perf_counter() - t0 < 10
+    await sup.shutdown()
+
+
+async def test_julia_executable_from_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """JUTUL_JKERNEL_JULIA picks the executable; an explicit argument wins over it."""
+    monkeypatch.setenv("JUTUL_JKERNEL_JULIA", str(tmp_path / "from-env"))
+    with pytest.raises(JuliaStartupError, match="from-env"):
+        await JuliaSupervisor().start()
+    sup = JuliaSupervisor(julia="julia", startup_timeout=STARTUP_TIMEOUT)
+    try:
+        await sup.start()
+        assert sup.alive
+    finally:
+        await sup.shutdown()
+
+
+# ---- configuration ----
+
+
+async def test_threads_default_and_explicit() -> None:
+    """Threads default to physical cores - 1 (at least 1) and follow the setting."""
+    for threads, expected in ((None, default_threads()), (2, 2)):
+        sup = JuliaSupervisor(threads=threads, startup_timeout=STARTUP_TIMEOUT)
+        try:
+            assert (await run(sup, "Threads.nthreads()")).text == str(expected)
+        finally:
+            await sup.shutdown()
+
+
+async def test_env_and_extra_args_reach_julia(tmp_path: Path) -> None:
+    """env entries are visible in ENV; extra Julia arguments are passed through."""
+    (tmp_path / "Project.toml").write_text('name = "Scratch"\n')
+    sup = JuliaSupervisor(
+        julia_args=[f"--project={tmp_path}"],
+        env={"MY_SETTING": "on"},
+        startup_timeout=STARTUP_TIMEOUT,
+    )
+    try:
+        assert (await run(sup, 'ENV["MY_SETTING"]')).text == '"on"'
+        r = await run(sup, "Base.active_project()")
+        assert str(tmp_path / "Project.toml") in r.text
+    finally:
+        await sup.shutdown()
+
+
+# ---- security and bad input ----
+
+
+async def test_token_is_not_visible_to_julia_code_or_argv(julia: JuliaSupervisor) -> None:
+    """The handshake token is neither in Julia's argv nor in ENV inside Julia."""
+    assert (await run(julia, 'get(ENV, "JUTUL_JKERNEL_TOKEN", "absent")')).text == '"absent"'
+    assert julia.pid is not None
+    cmdline = " ".join(psutil.Process(julia.pid).cmdline())
+    assert "TOKEN" not in cmdline
+    assert all(len(arg) < 32 or not arg.isalnum() for arg in cmdline.split())
+
+
+async def test_wrong_token_and_second_connection_are_refused(tmp_path: Path) -> None:
+    """A connection with the wrong token is refused; Julia then connects and works."""
+    fake = tmp_path / "julia-with-impostor"
+    fake.write_text(
+        textwrap.dedent(f"""\
+        #!{sys.executable}
+        import os, socket, sys
+        port = int(sys.argv[-1])
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"RDY not-the-token 0\\n")
+        s.settimeout(10)
+        assert s.recv(10) == b"", "an impostor was not disconnected"
+        os.execvp("julia", ["julia", *sys.argv[1:]])
+    """)
+    )
+    fake.chmod(0o755)
+    sup = JuliaSupervisor(julia=str(fake), startup_timeout=STARTUP_TIMEOUT)
+    try:
+        await sup.start()
+        assert (await run(sup, "1 + 2")).text == "3"
+        # Only one connection is ever accepted: the listening socket is gone.
+        assert sup._julia is not None and sup._julia.writer is not None
+    finally:
+        await sup.shutdown()
+
+
+async def test_malformed_frame_from_python_closes_julia_with_a_reason(
+    julia: JuliaSupervisor,
+) -> None:
+    """Julia rejects a bad header, says why in its log, and exits; the next cell restarts."""
+    task = asyncio.create_task(julia.execute("sleep(1000)"))
+    await asyncio.sleep(0.3)
+    j = julia._julia
+    assert j is not None and j.writer is not None
+    j.writer.write(b"BOGUS 1 2 3\n")
+    with pytest.raises(JuliaDiedError, match="status 86"):
+        await asyncio.wait_for(task, 10)
+    assert "unknown frame kind" in j.log_path.read_text()
+    assert (await run(julia, "1")).text == "1"
+
+
+async def test_malformed_frame_from_julia_is_a_protocol_error(julia: JuliaSupervisor) -> None:
+    """Garbage on the socket from Julia's side fails the execution with a protocol error."""
+    with pytest.raises(JuliaDiedError, match="malformed frame"):
+        await run(julia, 'write(JKernel.SOCK[], "GARBAGE\\n"); sleep(5)')
+    assert (await run(julia, "1")).text == "1"
+
+
+def test_frame_kinds_match_the_server() -> None:
+    """Every kind in protocol.py is documented in server.jl's header, and vice versa."""
+    from jutul_jkernel import _resources
+
+    header = _resources.server_script().read_text().split("module JKernel")[0]
+    documented = {
+        line.split()[1]
+        for line in header.splitlines()
+        if line.startswith("#   ") and line.split()[1].isupper() and len(line.split()[1]) == 3
+    }
+    assert documented == {k.value for k in protocol.FrameKind}
