@@ -328,6 +328,12 @@ class JuliaSupervisor:
         if self._own_log_dir and self._log_dir is not None:
             shutil.rmtree(self._log_dir, ignore_errors=True)
 
+    def kill_now(self) -> None:
+        """SIGKILL Julia's process group at once, synchronously (signal handlers, atexit)."""
+        j = self._julia
+        if j is not None and j.proc.returncode is None:
+            self._signal_group(j, kill=True)
+
     async def complete(self, code: str, cursor: int) -> dict[str, Any]:
         """REPL completions at ``cursor`` (code points): matches, cursor_start, cursor_end."""
         return await self._query("complete", code, cursor)

@@ -1,0 +1,529 @@
+"""The Jupyter kernel "Julia (supervised)": Jupyter messages in, supervisor calls out.
+
+An ipykernel ``Kernel`` subclass that never touches pids or sockets itself: it maps
+execute / complete / inspect / is_complete / history / interrupt / shutdown requests onto a
+:class:`~jutul_jkernel.supervisor.JuliaSupervisor` and publishes what comes back on IOPub with
+the request as parent. Everything a cell produces is published before its reply.
+
+ipykernel facts this relies on (see ../shared/notes/jupyter.md): interrupt_request and
+shutdown_request run on the control thread while do_execute awaits on the main loop, so they
+hand work to the main loop thread-safely; the stock interrupt would SIGINT our own process
+group, and the stock pre-handler hook turns SIGINT into a KeyboardInterrupt that kills the
+asyncio loop, so both are replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import fnmatch
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Coroutine
+from typing import Any
+
+import zmq
+from ipykernel.kernelbase import Kernel
+from jupyter_client.session import Session
+from traitlets import Any as AnyTrait
+from traitlets import Dict as DictTrait
+
+from . import __version__
+from .streams import StreamCoalescer
+from .supervisor import (
+    ExecutionResult,
+    JuliaDiedError,
+    JuliaStartupError,
+    JuliaSupervisor,
+)
+
+# A kernel_info_request waits this long for Julia to report its version.
+_KERNEL_INFO_WAIT = 10.0
+# jupyter_client gives a kernel 2.5 s after shutdown_request before SIGTERM.
+_SHUTDOWN_BUDGET = 2.0
+# How often a pending input_request checks the stdin socket for the frontend's reply.
+_INPUT_POLL = 0.02
+
+_UNSUPPORTED_CONTROL = (
+    "debug_request",
+    "create_subshell_request",
+    "delete_subshell_request",
+    "list_subshell_request",
+)
+
+
+class JuliaKernel(Kernel):
+    """Jupyter kernel that runs cells in a supervised Julia process."""
+
+    implementation = "jutul-jkernel"
+    implementation_version = __version__
+    language = "julia"
+    help_links = [  # noqa: RUF012 - ipykernel reads this class attribute
+        {"text": "Julia documentation", "url": "https://docs.julialang.org/"},
+        {"text": "Julia discourse", "url": "https://discourse.julialang.org/"},
+    ]
+    # IPKernelApp passes these to every kernel; declared so traitlets accepts them.
+    user_ns = DictTrait(allow_none=True)
+    debugpy_stream = AnyTrait(allow_none=True)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.supervisor = JuliaSupervisor(on_stray_output=self._stray_output)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._julia_start: asyncio.Task[None] | None = None
+        self._history: list[tuple[int, int, str, str | None]] = []  # session, n, input, output
+        self._last_parent: dict[str, Any] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        for msg_type in _UNSUPPORTED_CONTROL:
+            self.control_handlers[msg_type] = self._unsupported_request
+
+    @property
+    def _sess(self) -> Session:
+        assert self.session is not None, "the kernel app sets a session before any message"
+        return self.session
+
+    # ---- lifecycle ----
+
+    def start(self) -> None:
+        """Register handlers, then start Julia in the background on the main loop."""
+        super().start()
+        self.io_loop.add_callback(self._start_julia)
+        signal.signal(signal.SIGINT, self._on_sigint)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        atexit.register(self.supervisor.kill_now)
+
+    async def _start_julia(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._julia_start = asyncio.ensure_future(self._start_quietly())
+
+    async def _start_quietly(self) -> None:
+        try:
+            await self.supervisor.start()
+        except JuliaStartupError as exc:
+            # Reported to the user by the first cell, which tries again.
+            self.log.error("Julia did not start: %s", exc)
+
+    async def _julia_ready(self, timeout: float) -> None:
+        if self._julia_start is not None:
+            with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._julia_start), timeout)
+
+    def pre_handler_hook(self) -> None:
+        """Keep our SIGINT handler: ipykernel's would raise KeyboardInterrupt in the loop."""
+
+    def post_handler_hook(self) -> None:
+        """Nothing to restore (see pre_handler_hook)."""
+
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        # A client in signal mode (or Ctrl-C on a console) means "interrupt the cell".
+        self._interrupt_threadsafe()
+
+    def _on_sigterm(self, signum: int, frame: object) -> None:
+        # jupyter_client SIGTERMs a kernel that did not stop in time: take Julia along, then
+        # die by SIGTERM as expected.
+        self.supervisor.kill_now()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def _interrupt_threadsafe(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._spawn, self.supervisor.interrupt())
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def interrupt_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+        """Interrupt the running cell (escalating in the supervisor) and reply at once."""
+        self._interrupt_threadsafe()
+        self._sess.send(stream, "interrupt_reply", {"status": "ok"}, parent, ident=ident)
+
+    async def do_shutdown(self, restart: bool) -> dict[str, Any]:
+        """Stop Julia within jupyter_client's patience, whether or not a restart follows."""
+        for out in (sys.stdout, sys.stderr):
+            if hasattr(out, "flush_timeout"):
+                out.flush_timeout = 1.0  # ipykernel's 10 s default would outlast our budget
+        if self._loop is not None:
+            future = asyncio.run_coroutine_threadsafe(self.supervisor.shutdown(), self._loop)
+            try:
+                await asyncio.wait_for(asyncio.wrap_future(future), _SHUTDOWN_BUDGET)
+            except (asyncio.TimeoutError, TimeoutError):
+                self.log.warning("Julia did not stop within %.1f s; killing it", _SHUTDOWN_BUDGET)
+                self.supervisor.kill_now()
+        else:
+            self.supervisor.kill_now()
+        return {"status": "ok", "restart": restart}
+
+    # ---- kernel_info ----
+
+    @property
+    def language_info(self) -> dict[str, Any]:  # type: ignore[override]
+        return {
+            "name": "julia",
+            "version": self.supervisor.julia_version or "unknown",
+            "mimetype": "application/julia",
+            "file_extension": ".jl",
+            "pygments_lexer": "julia",
+            "codemirror_mode": "julia",
+        }
+
+    @property
+    def banner(self) -> str:  # type: ignore[override]
+        version = self.supervisor.julia_version or "(not started)"
+        return (
+            f"Julia {version}, supervised by jutul-jkernel {__version__}.\n"
+            "Interrupts keep your variables; if Julia crashes the cell says why and the next "
+            "cell starts a fresh Julia."
+        )
+
+    @property
+    def kernel_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = super().kernel_info
+        # Neither kernel subshells nor the debugger is implemented: advertising them makes
+        # clients send requests that could never be answered properly.
+        info["supported_features"] = [
+            f
+            for f in info.get("supported_features", [])
+            if f not in ("kernel subshells", "debugger")
+        ]
+        return info
+
+    async def kernel_info_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+        """Answer once Julia has reported its version (or could not start)."""
+        await self._julia_ready(_KERNEL_INFO_WAIT)
+        await super().kernel_info_request(stream, ident, parent)
+
+    async def _unsupported_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+        self._reply_unsupported(stream, ident, parent)
+
+    def _reply_unsupported(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+        msg_type = parent["header"]["msg_type"]
+        reply_type = msg_type.rsplit("_", 1)[0] + "_reply"
+        content = {
+            "status": "error",
+            "ename": "NotImplementedError",
+            "evalue": f"jutul-jkernel does not support {msg_type}",
+            "traceback": [],
+        }
+        self._sess.send(stream, reply_type, content, parent, ident=ident)
+
+    def should_handle(self, stream: Any, msg: dict[str, Any], idents: Any) -> bool:
+        """Reply with an error to shell requests this kernel has no handler for."""
+        msg_type = msg["header"]["msg_type"]
+        if msg_type not in self.shell_handlers and msg_type.endswith("_request"):
+            self._reply_unsupported(stream, idents, msg)
+            return False
+        return True
+
+    # ---- execution ----
+
+    async def do_execute(
+        self,
+        code: str,
+        silent: bool,
+        store_history: bool = True,
+        user_expressions: dict[str, str] | None = None,
+        allow_stdin: bool = False,
+        *,
+        cell_meta: dict[str, Any] | None = None,
+        cell_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Run a cell in Julia, publishing its output, displays and result as they come."""
+        parent = self.get_parent("shell")
+        ident = self._get_shell_context_var(self._shell_parent_ident)
+        self._last_parent = parent
+        count = self.execution_count
+        await self._julia_ready(_KERNEL_INFO_WAIT)
+
+        if code.lstrip().startswith("?") and "\n" not in code.strip():
+            return await self._help(code.strip()[1:].strip(), count)
+
+        out = StreamCoalescer(lambda name, text: self._publish_stream(name, text, parent))
+        on_output = None if silent else out.write
+
+        def on_display(msg: dict[str, Any]) -> None:
+            if silent:
+                return
+            out.flush()
+            self._publish_display(msg, parent)
+
+        async def on_input(prompt: str, password: bool) -> str:
+            out.flush()
+            return await self._ask_input(prompt, password, parent, ident)
+
+        try:
+            result = await self.supervisor.execute(
+                code, on_output, on_display=on_display, on_input=on_input if allow_stdin else None
+            )
+        except (JuliaDiedError, JuliaStartupError) as exc:
+            out.flush(final=True)
+            ename = "JuliaDied" if isinstance(exc, JuliaDiedError) else "JuliaStartupError"
+            return self._error_reply(ename, str(exc), str(exc).splitlines(), parent, count, silent)
+        out.flush(final=True)
+        if result.notice and not silent:
+            self._publish_stream("stderr", f"[jutul-jkernel] {result.notice}\n", parent)
+        if store_history:
+            self._history.append((1, count, code, result.text if result.status == "ok" else None))
+
+        if result.status != "ok":
+            err = result.error
+            ename = err.ename if err else "InterruptException"
+            evalue = err.evalue if err else result.text
+            traceback = err.traceback if err else result.text.splitlines()
+            return self._error_reply(ename, evalue, traceback, parent, count, silent)
+
+        if not silent and (result.text or result.data):
+            self._sess.send(
+                self.iopub_socket,
+                "execute_result",
+                {"execution_count": count, "data": _bundle(result, self.log), "metadata": {}},
+                parent=parent,
+                ident=self._topic("execute_result"),
+            )
+        reply: dict[str, Any] = {
+            "status": "ok",
+            "execution_count": count,
+            "payload": [],
+            "user_expressions": {},
+        }
+        if user_expressions:
+            reply["user_expressions"] = await self._user_expressions(user_expressions)
+        return reply
+
+    def _error_reply(
+        self,
+        ename: str,
+        evalue: str,
+        traceback: list[str],
+        parent: dict[str, Any],
+        count: int,
+        silent: bool,
+    ) -> dict[str, Any]:
+        content = {"ename": ename, "evalue": evalue, "traceback": traceback}
+        if not silent:
+            self._sess.send(
+                self.iopub_socket, "error", content, parent=parent, ident=self._topic("error")
+            )
+        return {"status": "error", "execution_count": count, **content}
+
+    async def _user_expressions(self, expressions: dict[str, str]) -> dict[str, Any]:
+        answers: dict[str, Any] = {}
+        for name, expr in expressions.items():
+            try:
+                r = await self.supervisor.execute(expr)
+            except (JuliaDiedError, JuliaStartupError) as exc:
+                answers[name] = {
+                    "status": "error",
+                    "ename": type(exc).__name__,
+                    "evalue": str(exc),
+                    "traceback": [],
+                }
+                continue
+            if r.status == "ok":
+                answers[name] = {"status": "ok", "data": _bundle(r, self.log), "metadata": {}}
+            else:
+                err = r.error
+                answers[name] = {
+                    "status": "error",
+                    "ename": err.ename if err else "Error",
+                    "evalue": err.evalue if err else r.text,
+                    "traceback": err.traceback if err else [],
+                }
+        return answers
+
+    async def _help(self, name: str, count: int) -> dict[str, Any]:
+        """`?name` shows the docstring in the pager, as the REPL's help mode does."""
+        try:
+            doc = await self.supervisor.inspect(name, len(name))
+        except (JuliaDiedError, JuliaStartupError) as exc:
+            return self._error_reply(
+                type(exc).__name__,
+                str(exc),
+                str(exc).splitlines(),
+                self.get_parent("shell"),
+                count,
+                False,
+            )
+        data = doc.get("data") or {"text/plain": f"No documentation found for {name!r}."}
+        return {
+            "status": "ok",
+            "execution_count": count,
+            "user_expressions": {},
+            "payload": [{"source": "page", "data": data, "start": 0}],
+        }
+
+    # ---- publishing ----
+
+    def _publish_stream(self, name: str, text: str, parent: dict[str, Any] | None) -> None:
+        self._sess.send(
+            self.iopub_socket,
+            "stream",
+            {"name": name, "text": text},
+            parent=parent,
+            ident=self._topic(f"stream.{name}"),
+        )
+
+    def _publish_display(self, msg: dict[str, Any], parent: dict[str, Any]) -> None:
+        msg_type = msg.pop("type")
+        if msg_type == "clear_output":
+            content: dict[str, Any] = {"wait": bool(msg.get("wait"))}
+        else:
+            content = {
+                "data": _decode_json_values(msg.get("data", {}), self.log),
+                "metadata": msg.get("metadata", {}),
+                "transient": msg.get("transient", {}),
+            }
+        self._sess.send(
+            self.iopub_socket, msg_type, content, parent=parent, ident=self._topic(msg_type)
+        )
+
+    def _stray_output(self, stream: str, data: bytes) -> None:
+        """Output between cells (a background task printing) goes to the last cell."""
+        self._publish_stream(stream, data.decode("utf-8", "replace"), self._last_parent)
+
+    # ---- stdin ----
+
+    async def _ask_input(
+        self, prompt: str, password: bool, parent: dict[str, Any], ident: Any
+    ) -> str:
+        """Send input_request on the stdin channel and wait (cancellably) for the reply."""
+        sock = self.stdin_socket
+        while True:  # drop stale replies, e.g. to a request whose cell was interrupted
+            try:
+                sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+        self._sess.send(
+            sock, "input_request", {"prompt": prompt, "password": password}, parent, ident=ident
+        )
+        while True:
+            if sock.poll(0):
+                _, reply = self._sess.recv(sock, mode=zmq.NOBLOCK)
+                if reply is not None:
+                    value = reply["content"]["value"]
+                    return str(value)
+            await asyncio.sleep(_INPUT_POLL)
+
+    # ---- completion, inspection, history ----
+
+    async def do_complete(self, code: str, cursor_pos: int | None) -> dict[str, Any]:
+        """Handle a completion request with the REPL's completions."""
+        cursor = len(code) if cursor_pos is None else cursor_pos
+        try:
+            c = await self.supervisor.complete(code, cursor)
+        except (JuliaDiedError, JuliaStartupError) as exc:
+            return {
+                "status": "error",
+                "ename": type(exc).__name__,
+                "evalue": str(exc),
+                "traceback": [],
+            }
+        return {
+            "status": "ok",
+            "matches": c.get("matches", []),
+            "cursor_start": c.get("cursor_start", cursor),
+            "cursor_end": c.get("cursor_end", cursor),
+            "metadata": {},
+        }
+
+    async def do_inspect(
+        self,
+        code: str,
+        cursor_pos: int,
+        detail_level: int = 0,
+        omit_sections: tuple[str, ...] = (),
+    ) -> dict[str, Any]:
+        """Handle an inspect request with the docstring `?name` would show."""
+        try:
+            doc = await self.supervisor.inspect(code, cursor_pos)
+        except (JuliaDiedError, JuliaStartupError) as exc:
+            return {
+                "status": "error",
+                "ename": type(exc).__name__,
+                "evalue": str(exc),
+                "traceback": [],
+            }
+        found = bool(doc.get("found"))
+        return {
+            "status": "ok",
+            "found": found,
+            "data": doc.get("data", {}) if found else {},
+            "metadata": {},
+        }
+
+    async def do_is_complete(self, code: str) -> dict[str, Any]:
+        """Handle an is_complete request by parsing the code in Julia."""
+        try:
+            answer = await self.supervisor.is_complete(code)
+        except (JuliaDiedError, JuliaStartupError):
+            return {"status": "unknown"}
+        reply = {"status": answer.get("status", "unknown")}
+        if reply["status"] == "incomplete":
+            reply["indent"] = answer.get("indent", "")
+        return reply
+
+    async def do_history(
+        self,
+        hist_access_type: str,
+        output: bool,
+        raw: bool,
+        session: int | None = None,
+        start: int | None = None,
+        stop: int | None = None,
+        n: int | None = None,
+        pattern: str | None = None,
+        unique: bool = False,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """Handle a history request over this session's cells: tail, range or search."""
+        entries = self._history
+        if hist_access_type == "tail":
+            selected = entries[-n:] if n else list(entries)
+        elif hist_access_type == "range":
+            lo = start or 0
+            hi = stop if stop is not None else sys.maxsize
+            selected = [e for e in entries if session in (None, 0, e[0]) and lo <= e[1] < hi]
+        elif hist_access_type == "search":
+            matcher = pattern or "*"
+            selected = [e for e in entries if fnmatch.fnmatchcase(e[2], matcher)]
+            if unique:
+                seen: set[str] = set()
+                deduped = []
+                for e in reversed(selected):
+                    if e[2] not in seen:
+                        seen.add(e[2])
+                        deduped.append(e)
+                selected = list(reversed(deduped))
+            if n:
+                selected = selected[-n:]
+        else:
+            return {
+                "status": "error",
+                "ename": "ValueError",
+                "evalue": f"unknown hist_access_type {hist_access_type!r}",
+                "traceback": [],
+                "history": [],
+            }
+        history = [(s, line, (code, out) if output else code) for s, line, code, out in selected]
+        return {"status": "ok", "history": history}
+
+
+def _bundle(result: ExecutionResult, log: logging.Logger | Any) -> dict[str, Any]:
+    data = dict(result.data) if result.data else {"text/plain": result.text}
+    return _decode_json_values(data, log)
+
+
+def _decode_json_values(data: dict[str, Any], log: logging.Logger | Any) -> dict[str, Any]:
+    """application/json travels as the text Julia's show wrote; Jupyter wants the object."""
+    if isinstance(data.get("application/json"), str):
+        try:
+            data = {**data, "application/json": json.loads(data["application/json"])}
+        except ValueError:
+            log.warning("dropped application/json output that is not valid JSON")
+            data = {k: v for k, v in data.items() if k != "application/json"}
+    return data
