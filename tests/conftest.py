@@ -28,13 +28,23 @@ def julia_descendants() -> list[psutil.Process]:
     return found
 
 
-# Supervisors shared by a whole test module: their Julia is expected to outlive one test.
+# Supervisors, and kernel processes, shared by a whole test module: their Julia is expected to
+# outlive one test. Module fixtures register them here and remove them when they end them.
 SHARED: list[JuliaSupervisor] = []
+SHARED_KERNEL_PIDS: set[int] = set()
 
 
 def _leftovers() -> list[psutil.Process]:
     shared = {s.pid for s in SHARED}
-    return [p for p in julia_descendants() if p.pid not in shared]
+    left = []
+    for p in julia_descendants():
+        try:
+            if p.pid in shared or any(a.pid in SHARED_KERNEL_PIDS for a in p.parents()):
+                continue
+        except psutil.NoSuchProcess:
+            continue
+        left.append(p)
+    return left
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,492 @@
+"""The installed kernel seen through jupyter_client: what a notebook or console gets."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager
+
+from .conftest import SHARED_KERNEL_PIDS, julia_descendants
+
+pytestmark = pytest.mark.e2e
+
+KERNEL_NAME = "julia-supervised-client-test"
+START_TIMEOUT = 60.0
+REPLY_TIMEOUT = 30.0
+# Per-cell bound for the interrupt cases: the escalation's own worst case is ~6 s.
+INTERRUPT_TIMEOUT = 20.0
+
+
+@pytest.fixture(scope="module")
+def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Install the kernelspec into a private prefix and point JUPYTER_PATH at it."""
+    prefix = tmp_path_factory.mktemp("prefix")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jutul_jkernel.install",
+            "--prefix",
+            str(prefix),
+            "--name",
+            KERNEL_NAME,
+        ],
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
+    old = os.environ.get("JUPYTER_PATH")
+    os.environ["JUPYTER_PATH"] = str(prefix / "share" / "jupyter")
+    try:
+        yield dict(os.environ)
+    finally:
+        if old is None:
+            os.environ.pop("JUPYTER_PATH", None)
+        else:
+            os.environ["JUPYTER_PATH"] = old
+
+
+def start_kernel() -> tuple[KernelManager, BlockingKernelClient]:
+    km = KernelManager(kernel_name=KERNEL_NAME)
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=START_TIMEOUT)
+    except RuntimeError:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+        raise
+    return km, kc
+
+
+def stop_kernel(km: KernelManager, kc: BlockingKernelClient) -> None:
+    kc.stop_channels()
+    if km.is_alive():
+        km.shutdown_kernel()
+    km.cleanup_resources()
+    km.context.destroy(linger=0)
+
+
+@pytest.fixture(scope="module")
+def shared(kernel_env: dict[str, str]) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+    """One kernel for the tests that do not end it."""
+    km, kc = start_kernel()
+    pid = km.provisioner.pid if km.provisioner else None
+    assert pid is not None
+    SHARED_KERNEL_PIDS.add(pid)
+    try:
+        yield km, kc
+    finally:
+        stop_kernel(km, kc)
+        SHARED_KERNEL_PIDS.discard(pid)
+
+
+@pytest.fixture
+def own(kernel_env: dict[str, str]) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+    """A kernel of the test's own, for tests that end or break it."""
+    km, kc = start_kernel()
+    try:
+        yield km, kc
+    finally:
+        stop_kernel(km, kc)
+
+
+def drain(kc: BlockingKernelClient) -> None:
+    while True:
+        try:
+            kc.get_iopub_msg(timeout=0.2)
+        except queue.Empty:
+            return
+
+
+def collect(
+    kc: BlockingKernelClient, msg_id: str, timeout: float = REPLY_TIMEOUT
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The reply to ``msg_id`` and every IOPub message it caused, up to its idle status."""
+    deadline = time.monotonic() + timeout
+    reply = None
+    while reply is None:
+        msg = kc.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
+        if msg["parent_header"].get("msg_id") == msg_id:
+            reply = msg
+    outputs = []
+    while True:
+        msg = kc.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+        if msg["msg_type"] not in ("status", "execute_input"):
+            outputs.append(msg)
+    return reply, outputs
+
+
+def execute(
+    kc: BlockingKernelClient, code: str, timeout: float = REPLY_TIMEOUT, **kwargs: Any
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    return collect(kc, kc.execute(code, **kwargs), timeout)
+
+
+def text_of(outputs: list[dict[str, Any]], name: str = "stdout") -> str:
+    return "".join(
+        m["content"]["text"]
+        for m in outputs
+        if m["msg_type"] == "stream" and m["content"]["name"] == name
+    )
+
+
+def result_of(outputs: list[dict[str, Any]]) -> str | None:
+    for m in outputs:
+        if m["msg_type"] == "execute_result":
+            return str(m["content"]["data"]["text/plain"])
+    return None
+
+
+# ---- interrupts through jupyter_client ----
+
+INTERRUPT_CASES = {
+    "allocating loop": "while true; global junk = [1, 2, 3]; end",
+    "sleep": "sleep(1000)",
+    "wait on a Condition": "wait(Condition())",
+    "printing loop": 'while true; println("spam spam spam"); end',
+    "blocking ccall": "ccall(:sleep, Cuint, (Cuint,), 1000)",
+    "finished task then sleep": "t = @async 1 + 1; sleep(1000)",
+    "loop without safepoints": "function spin(); x = 0.0; while true; x += 1.0; end; end; spin()",
+}
+
+
+@pytest.mark.parametrize("case", list(INTERRUPT_CASES))
+def test_interrupt_request_keeps_state(
+    shared: tuple[KernelManager, BlockingKernelClient], case: str
+) -> None:
+    """interrupt_request ends the cell with InterruptException; earlier variables survive."""
+    km, kc = shared
+    drain(kc)
+    execute(kc, "keep = 42")
+    msg_id = kc.execute(INTERRUPT_CASES[case])
+    time.sleep(1.0)
+    t0 = time.perf_counter()
+    km.interrupt_kernel()
+    reply, outputs = collect(kc, msg_id, INTERRUPT_TIMEOUT)
+    latency = time.perf_counter() - t0
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == "InterruptException"
+    assert [m for m in outputs if m["msg_type"] == "error"]
+    _, outputs = execute(kc, "isdefined(Main, :keep) ? keep : :lost")
+    state = result_of(outputs)
+    if case == "loop without safepoints":
+        # forced (state kept) or restarted (lost); test_forced_interrupt_tells_the_user
+        # checks that the user is told which
+        assert state in ("42", ":lost")
+    else:
+        assert state == "42"
+    print(f"\n[jupyter interrupt] {case}: {latency * 1000:.0f} ms to reply, state {state}")
+
+
+def test_signal_mode_interrupt_also_works(own: tuple[KernelManager, BlockingKernelClient]) -> None:
+    """A client that SIGINTs the kernel process (signal mode) interrupts the cell too."""
+    km, kc = own
+    execute(kc, "keep = 1")
+    msg_id = kc.execute("sleep(1000)")
+    time.sleep(1.0)
+    pid = km.provisioner.pid if km.provisioner else None
+    assert pid is not None
+    os.kill(pid, signal.SIGINT)
+    reply, _ = collect(kc, msg_id, INTERRUPT_TIMEOUT)
+    assert reply["content"]["ename"] == "InterruptException"
+    assert km.is_alive()
+    assert result_of(execute(kc, "keep")[1]) == "1"
+
+
+def test_forced_interrupt_tells_the_user(
+    shared: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    """When only a forced throw (or a restart) stops a cell, a stderr notice says so."""
+    km, kc = shared
+    drain(kc)
+    msg_id = kc.execute(INTERRUPT_CASES["loop without safepoints"])
+    time.sleep(1.0)
+    km.interrupt_kernel()
+    reply, outputs = collect(kc, msg_id, INTERRUPT_TIMEOUT)
+    assert reply["content"]["ename"] == "InterruptException"
+    assert "[jutul-jkernel]" in text_of(outputs, "stderr")
+
+
+# ---- cells ----
+
+
+def test_prints_display_and_result_arrive_in_order(
+    shared: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    """Within a cell: stream, display_data, stream, then execute_result, as written."""
+    _, kc = shared
+    drain(kc)
+    code = (
+        'println("first"); display("text/html", HTML("<i>shown</i>")); '
+        'println(stderr, "second"); 42'
+    )
+    reply, outputs = execute(kc, code)
+    assert reply["content"]["status"] == "ok"
+    kinds = [(m["msg_type"], m["content"].get("name")) for m in outputs]
+    assert kinds == [
+        ("stream", "stdout"),
+        ("display_data", None),
+        ("stream", "stderr"),
+        ("execute_result", None),
+    ]
+    assert outputs[1]["content"]["data"]["text/html"] == "<i>shown</i>"
+    assert result_of(outputs) == "42"
+
+
+def test_update_display_and_clear_output(
+    shared: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    """JKernel.display with an id, update_display and clear_output map to their messages."""
+    _, kc = shared
+    drain(kc)
+    code = (
+        'id = JKernel.display("one"; display_id=true); '
+        'JKernel.update_display("two"; display_id=id); JKernel.clear_output(true)'
+    )
+    reply, outputs = execute(kc, code)
+    assert reply["content"]["status"] == "ok"
+    types = [m["msg_type"] for m in outputs]
+    assert types[:3] == ["display_data", "update_display_data", "clear_output"]
+    first, update = outputs[0]["content"], outputs[1]["content"]
+    assert first["transient"]["display_id"] == update["transient"]["display_id"]
+    assert update["data"]["text/plain"] == '"two"'
+    assert outputs[2]["content"]["wait"] is True
+
+
+def test_stop_on_error_aborts_queued_cells(
+    shared: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    """An error aborts the cells already queued behind it; later ones run again."""
+    _, kc = shared
+    drain(kc)
+    first = kc.execute('sleep(0.3); error("stop here")')
+    second = kc.execute("aborted_flag = true")
+    r1, _ = collect(kc, first)
+    r2, _ = collect(kc, second)
+    assert r1["content"]["status"] == "error"
+    assert r2["content"]["status"] == "aborted"
+    time.sleep(0.5)  # ipykernel stops aborting once the queue is drained
+    _, outputs = execute(kc, "isdefined(Main, :aborted_flag)")
+    assert result_of(outputs) == "false"
+    third = kc.execute('error("no stop")', stop_on_error=False)
+    fourth = kc.execute("ran_anyway = true")
+    collect(kc, third)
+    assert collect(kc, fourth)[0]["content"]["status"] == "ok"
+
+
+def test_silent_cell_publishes_nothing(shared: tuple[KernelManager, BlockingKernelClient]) -> None:
+    """silent=True runs the code but publishes no output and no result."""
+    _, kc = shared
+    drain(kc)
+    reply, outputs = execute(kc, 'println("hidden"); silent_value = 5', silent=True)
+    assert reply["content"]["status"] == "ok"
+    assert outputs == []
+    assert result_of(execute(kc, "silent_value")[1]) == "5"
+
+
+def test_user_expressions(shared: tuple[KernelManager, BlockingKernelClient]) -> None:
+    """user_expressions are evaluated after the cell and returned as MIME bundles."""
+    _, kc = shared
+    reply, _ = execute(kc, "ux = 20", user_expressions={"double": "2ux", "bad": "nope_"})
+    exprs = reply["content"]["user_expressions"]
+    assert exprs["double"]["status"] == "ok"
+    assert exprs["double"]["data"]["text/plain"] == "40"
+    assert exprs["bad"]["status"] == "error"
+    assert exprs["bad"]["ename"] == "UndefVarError"
+
+
+def test_execution_count_and_history(shared: tuple[KernelManager, BlockingKernelClient]) -> None:
+    """execution_count increments per non-silent cell; history returns the cells."""
+    _, kc = shared
+    r1, _ = execute(kc, "hist_a = 1")
+    r2, _ = execute(kc, "hist_b = 2")
+    assert r2["content"]["execution_count"] == r1["content"]["execution_count"] + 1
+    msg_id = kc.history(hist_access_type="tail", n=2, output=False, raw=True)
+    reply = kc.get_shell_msg(timeout=REPLY_TIMEOUT)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    assert [h[2] for h in reply["content"]["history"]] == ["hist_a = 1", "hist_b = 2"]
+
+
+def test_stdin_round_trip(shared: tuple[KernelManager, BlockingKernelClient]) -> None:
+    """readline() sends input_request when the frontend allows stdin and returns the answer."""
+    _, kc = shared
+    drain(kc)
+    msg_id = kc.execute(
+        'print("Your name: "); name = readline(); "hello " * name', allow_stdin=True
+    )
+    request = kc.get_stdin_msg(timeout=REPLY_TIMEOUT)
+    assert request["msg_type"] == "input_request"
+    kc.input("Ada")
+    reply, outputs = collect(kc, msg_id)
+    assert reply["content"]["status"] == "ok"
+    assert text_of(outputs) == "Your name: "
+    assert result_of(outputs) == '"hello Ada"'
+
+
+def test_stdin_refused_is_a_clear_error(shared: tuple[KernelManager, BlockingKernelClient]) -> None:
+    """Without allow_stdin, readline() fails with an error that says stdin is unavailable."""
+    _, kc = shared
+    reply, _ = execute(kc, "readline()", allow_stdin=False)
+    assert reply["content"]["status"] == "error"
+    assert "stdin is not available" in reply["content"]["evalue"]
+
+
+def test_complete_inspect_is_complete(shared: tuple[KernelManager, BlockingKernelClient]) -> None:
+    """complete / inspect / is_complete replies come from Julia."""
+    _, kc = shared
+    kc.complete("printl", 6)
+    reply = kc.get_shell_msg(timeout=REPLY_TIMEOUT)["content"]
+    assert "println" in reply["matches"]
+    kc.inspect("sum", 3)
+    reply = kc.get_shell_msg(timeout=REPLY_TIMEOUT)["content"]
+    assert reply["found"] and "sum" in reply["data"]["text/plain"]
+    kc.is_complete("function f(x)")
+    reply = kc.get_shell_msg(timeout=REPLY_TIMEOUT)["content"]
+    assert reply == {"status": "incomplete", "indent": "    "}
+
+
+def test_kernel_info(shared: tuple[KernelManager, BlockingKernelClient]) -> None:
+    """language_info names the running Julia; unsupported features are not advertised."""
+    _, kc = shared
+    kc.kernel_info()
+    reply = kc.get_shell_msg(timeout=REPLY_TIMEOUT)["content"]
+    info = reply["language_info"]
+    assert info["name"] == "julia"
+    assert info["version"].count(".") == 2
+    assert info["mimetype"] == "application/julia"
+    assert info["file_extension"] == ".jl"
+    assert "debugger" not in reply["supported_features"]
+    assert "kernel subshells" not in reply["supported_features"]
+    assert info["version"] in reply["banner"]
+
+
+# ---- crashes, shutdown, restart ----
+
+
+def test_crash_fails_the_cell_and_the_next_cell_runs_fresh(
+    own: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    """Julia aborting fails its cell with the reason; the kernel stays up and says state is gone."""
+    km, kc = own
+    execute(kc, "keep = 1")
+    reply, outputs = execute(kc, "ccall(:abort, Cvoid, ())")
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == "JuliaDied"
+    assert "SIGABRT" in reply["content"]["evalue"]
+    assert km.is_alive()
+    reply, outputs = execute(kc, "isdefined(Main, :keep)")
+    assert result_of(outputs) == "false"
+    assert "fresh Julia" in text_of(outputs, "stderr")
+
+
+def _kernel_and_julia(km: KernelManager) -> tuple[int, list[psutil.Process]]:
+    pid = km.provisioner.pid if km.provisioner else None
+    assert pid is not None
+    julias = [p for p in julia_descendants() if pid in {a.pid for a in p.parents()}]
+    assert julias, "the kernel has no Julia running"
+    return pid, julias
+
+
+def _gone(procs: list[psutil.Process], within: float) -> bool:
+    _, alive = psutil.wait_procs(procs, timeout=within)
+    return not alive
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_shutdown_request_stops_julia_in_time(
+    own: tuple[KernelManager, BlockingKernelClient], restart: bool
+) -> None:
+    """shutdown_request ends kernel and Julia within jupyter_client's 2.5 s, even mid-cell."""
+    km, kc = own
+    _, julias = _kernel_and_julia(km)
+    kc.execute("function spin(); x = 0.0; while true; x += 1.0; end; end; spin()")
+    time.sleep(0.5)
+    t0 = time.perf_counter()
+    kc.shutdown(restart=restart)
+    assert _gone(julias, 2.5)
+    elapsed = time.perf_counter() - t0
+    deadline = time.monotonic() + 5
+    while km.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not km.is_alive()
+    print(f"\n[shutdown restart={restart}] Julia gone after {elapsed:.2f} s")
+
+
+def test_restart_through_the_manager_gives_fresh_state(
+    own: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    """KernelManager.restart_kernel: a new kernel and Julia, no state, no orphan."""
+    km, kc = own
+    execute(kc, "keep = 1")
+    _, julias = _kernel_and_julia(km)
+    km.restart_kernel()
+    kc.wait_for_ready(timeout=START_TIMEOUT)
+    assert _gone(julias, 5)
+    drain(kc)
+    assert result_of(execute(kc, "isdefined(Main, :keep)")[1]) == "false"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_killed_kernel_leaves_no_julia(
+    own: tuple[KernelManager, BlockingKernelClient], sig: signal.Signals
+) -> None:
+    """SIGTERM or SIGKILL to the kernel mid-cell: its Julia is gone within 2 s."""
+    km, kc = own
+    pid, julias = _kernel_and_julia(km)
+    kc.execute("function spin(); x = 0.0; while true; x += 1.0; end; end; spin()")
+    time.sleep(0.5)
+    os.kill(pid, sig)
+    assert _gone(julias, 2.0)
+    km.shutdown_kernel(now=True)
+
+
+def test_unsupported_control_request_gets_an_error_reply(
+    shared: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    """debug_request (no debugger here) is answered with status error, not silence."""
+    _, kc = shared
+    msg = kc.session.msg("debug_request", {"seq": 1, "type": "request", "command": "initialize"})
+    kc.control_channel.send(msg)
+    reply = kc.get_control_msg(timeout=REPLY_TIMEOUT)
+    assert reply["msg_type"] == "debug_reply"
+    assert reply["content"]["status"] == "error"
+
+
+def test_kernel_log_has_no_tracebacks(kernel_env: dict[str, str], tmp_path: Path) -> None:
+    """A short session (cells, an error, an interrupt, shutdown) logs no kernel exception."""
+    log = tmp_path / "kernel.log"
+    km = KernelManager(kernel_name=KERNEL_NAME)
+    with open(log, "w") as f:
+        km.start_kernel(stdout=f, stderr=f)
+        kc = km.client()
+        kc.start_channels()
+        try:
+            kc.wait_for_ready(timeout=START_TIMEOUT)
+            execute(kc, "1 + 1")
+            execute(kc, 'error("x")')
+            msg_id = kc.execute("sleep(1000)")
+            time.sleep(0.5)
+            km.interrupt_kernel()
+            collect(kc, msg_id, INTERRUPT_TIMEOUT)
+        finally:
+            stop_kernel(km, kc)
+    text = log.read_text()
+    assert "Traceback" not in text, text
+    assert "Exception in" not in text, text
