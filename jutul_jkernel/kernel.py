@@ -47,6 +47,11 @@ _KERNEL_INFO_WAIT = 10.0
 _SHUTDOWN_BUDGET = 2.0
 # How often a pending input_request checks the stdin socket for the frontend's reply.
 _INPUT_POLL = 0.02
+# ipykernel's IOPub thread queues every message it is given, without limit. After this many
+# bytes published we wait until that thread has caught up, so a cell printing gigabytes makes
+# Julia's writes block rather than this process's memory grow.
+_IOPUB_SYNC_BYTES = 1024 * 1024
+_IOPUB_SYNC_TIMEOUT = 10.0
 
 _UNSUPPORTED_CONTROL = (
     "debug_request",
@@ -72,7 +77,10 @@ class JuliaKernel(Kernel):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.supervisor = JuliaSupervisor(on_stray_output=self._stray_output)
+        self.supervisor = JuliaSupervisor(
+            on_stray_output=self._stray_output, backpressure=self._iopub_backpressure
+        )
+        self._unsynced_bytes = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._julia_start: asyncio.Task[None] | None = None
         self._history: list[tuple[int, int, str, str | None]] = []  # session, n, input, output
@@ -359,7 +367,25 @@ class JuliaKernel(Kernel):
 
     # ---- publishing ----
 
+    async def _iopub_backpressure(self) -> None:
+        """Wait for the IOPub thread to send its backlog once enough output was queued."""
+        if self._unsynced_bytes < _IOPUB_SYNC_BYTES or self.iopub_thread is None:
+            return
+        self._unsynced_bytes = 0
+        loop = asyncio.get_running_loop()
+        caught_up: asyncio.Future[None] = loop.create_future()
+
+        def done() -> None:  # runs on the IOPub thread after everything queued before it
+            loop.call_soon_threadsafe(lambda: caught_up.done() or caught_up.set_result(None))
+
+        self.iopub_thread.schedule(done)
+        try:
+            await asyncio.wait_for(caught_up, _IOPUB_SYNC_TIMEOUT)
+        except (asyncio.TimeoutError, TimeoutError):
+            self.log.warning("the IOPub thread is %.0f s behind", _IOPUB_SYNC_TIMEOUT)
+
     def _publish_stream(self, name: str, text: str, parent: dict[str, Any] | None) -> None:
+        self._unsynced_bytes += len(text)
         self._sess.send(
             self.iopub_socket,
             "stream",

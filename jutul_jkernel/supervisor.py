@@ -177,7 +177,8 @@ class JuliaSupervisor:
     ``julia`` defaults to ``$JUTUL_JKERNEL_JULIA`` or ``julia`` on PATH; ``julia_args`` are
     extra command-line flags (``--project=...``, ``--sysimage=...``), added to those in
     ``$JUTUL_JKERNEL_JULIA_ARGS``; ``threads`` defaults to ``$JUTUL_JKERNEL_THREADS`` or
-    physical cores minus one.
+    physical cores minus one. ``on_stray_output`` receives output printed between executions
+    (by background tasks); ``backpressure`` is awaited after each chunk of Julia's output.
     """
 
     def __init__(
@@ -191,6 +192,7 @@ class JuliaSupervisor:
         startup_timeout: float = 60.0,
         log_dir: str | os.PathLike[str] | None = None,
         on_stray_output: OutputCallback | None = None,
+        backpressure: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.julia = julia or os.environ.get("JUTUL_JKERNEL_JULIA") or "julia"
         self.julia_args = [
@@ -204,6 +206,9 @@ class JuliaSupervisor:
         self._log_dir = Path(log_dir) if log_dir else None
         self._own_log_dir = False
         self.on_stray_output = on_stray_output
+        # Awaited after every chunk read from Julia: a consumer that falls behind makes the
+        # reader wait, TCP fills up and Julia's writes block, instead of output piling up here.
+        self.backpressure = backpressure
         self._julia: _Julia | None = None
         self._lock = asyncio.Lock()  # serialises executions
         self._start_lock = asyncio.Lock()
@@ -542,6 +547,8 @@ class JuliaSupervisor:
                     break
                 for frame in decoder.feed(data):
                     self._dispatch(j, frame)
+                if self.backpressure is not None:
+                    await self.backpressure()
         except ProtocolError as exc:
             reason = f"sent a malformed frame ({exc})"
             log.error("protocol error from Julia: %s", exc)
