@@ -375,8 +375,12 @@ class JuliaKernel(Kernel):
         loop = asyncio.get_running_loop()
         caught_up: asyncio.Future[None] = loop.create_future()
 
+        def resolve() -> None:
+            if not caught_up.done():
+                caught_up.set_result(None)
+
         def done() -> None:  # runs on the IOPub thread after everything queued before it
-            loop.call_soon_threadsafe(lambda: caught_up.done() or caught_up.set_result(None))
+            loop.call_soon_threadsafe(resolve)
 
         self.iopub_thread.schedule(done)
         try:
