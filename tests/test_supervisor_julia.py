@@ -192,6 +192,20 @@ async def test_display_without_callback_falls_back_to_text(
     assert "3" in output.text().splitlines()
 
 
+async def test_progress_bar_redraws_in_place(julia: JuliaSupervisor, output: Output) -> None:
+    """JKernel.progress draws a bar with \r redraws and ends it with a summary line."""
+    r = await run(julia, 'for i in JKernel.progress(1:8; desc="work"); sleep(0.05); end', output)
+    assert r.status == "ok"
+    text = output.text()
+    assert text.startswith("\rwork [")
+    assert text.count("\r") >= 3  # drawn at start, at least once meanwhile, at the end
+    assert text.endswith("\n")
+    assert "8/8 100%" in text.rsplit("\r", 1)[1]
+    unknown = Output()
+    await run(julia, "collect(JKernel.progress(x for x in 1:3 if isodd(x)))", unknown)
+    assert "2 done" in unknown.text()
+
+
 async def test_rich_value_comes_with_its_mime_bundle(julia: JuliaSupervisor) -> None:
     """A value that can show text/html returns that next to text/plain."""
     r = await run(julia, 'HTML("<b>bold</b>")')
