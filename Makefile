@@ -20,6 +20,12 @@ test: setup
 
 demo: setup
 	$(PY) examples/supervisor_demo.py
+	$(PY) -m jutul_jkernel.install --sys-prefix
+# JUPYTER_PATH first, or a julia-supervised spec in the user's own Jupyter directory would win.
+	JUPYTER_PATH="$(CURDIR)/$(VENV)/share/jupyter$${JUPYTER_PATH:+:$$JUPYTER_PATH}" \
+	$(PY) -m jupyter nbconvert --to notebook --execute examples/quickstart.ipynb --output-dir out \
+		--ExecutePreprocessor.kernel_name=julia-supervised --ExecutePreprocessor.timeout=120
+	@$(PY) scripts/notebook_summary.py out/quickstart.ipynb
 
 bench: setup
 	$(PY) -m bench $(BENCH_ARGS)

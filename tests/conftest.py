@@ -88,3 +88,41 @@ class Output:
 @pytest.fixture
 def output() -> Output:
     return Output()
+
+
+# ---- Jupyter end to end (test_notebooks.py, test_console.py) ----
+
+E2E_KERNEL_NAME = "julia-supervised"  # the name examples/*.ipynb ask for
+
+
+@pytest.fixture(scope="module")
+def e2e_jupyter_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Install the kernelspec under a temporary ``--prefix`` and point Jupyter there.
+
+    ``JUPYTER_PATH`` finds the spec first; Jupyter's data, runtime and config directories (and
+    IPython's) are redirected too, so the user's own kernelspecs and settings take no part. The
+    environment is patched for the module and also returned, for subprocesses.
+    """
+    import os
+    import subprocess
+    import sys
+
+    root = tmp_path_factory.mktemp("jupyter")
+    done = subprocess.run(
+        [sys.executable, "-m", "jutul_jkernel.install", "--prefix", str(root / "prefix")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, f"kernelspec install failed:\n{done.stdout}{done.stderr}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JUPYTER_PATH", str(root / "prefix" / "share" / "jupyter"))
+        for var, sub in (
+            ("JUPYTER_DATA_DIR", "data"),
+            ("JUPYTER_RUNTIME_DIR", "runtime"),
+            ("JUPYTER_CONFIG_DIR", "config"),
+            ("IPYTHONDIR", "ipython"),
+        ):
+            mp.setenv(var, str(root / sub))
+        yield dict(os.environ)
