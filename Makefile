@@ -8,6 +8,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: setup test demo bench clean
 setup: $(STAMP)
 	@bash scripts/ensure-julia.sh
+	@bash scripts/ensure-browser.sh
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

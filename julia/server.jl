@@ -23,7 +23,9 @@
 #   ACK <n> 0                      answer to SYN <n>, or to INT <n> once that interrupt was
 #                                  handed to the running evaluation (no ACK: it is not yielding)
 # Python -> Julia
-#   EXE <id> <n>                   code to evaluate (queued; evaluated one at a time, in order)
+#   EXE <id> <n>                   code to evaluate (queued; evaluated one at a time, in order);
+#                                  backtraces call it In[<id>]
+#   EXN <id> <name> <n>            the same, naming the code <name> (e.g. In[3], Jupyter's count)
 #   INT <id> 0                     interrupt evaluation <id>; ignored unless it is running
 #   TXT <id> <n>                   the line typed in answer to INP <id>
 #   NIN <id> <n>                   no line can be had for INP <id>; payload says why
@@ -83,7 +85,7 @@ const CURRENT = Ref(0)                 # id of the running evaluation, 0 when id
 const LAST_ID = Ref(0)                 # parent of output produced between evaluations
 const IN_USER = Ref(false)             # the evaluating task is inside user code
 const PENDING_INTERRUPT = Ref(false)   # an interrupt arrived while the server held the task
-const QUEUE = Channel{Tuple{Int,String}}(Inf)
+const QUEUE = Channel{Tuple{Int,String,String}}(Inf)   # id, code, name
 const EVAL_STARTED = Condition()
 const INPUT_WAIT = Ref{Union{Nothing,Channel{Any}}}(nothing)
 const PIPES = Dict{String,Any}()       # "stdout"/"stderr" => write end of our pipe
@@ -237,7 +239,7 @@ send_frame(kind::String, args::String, payload::String) = send_frame(kind, args,
 
 protocol_failure(msg) = (diag("protocol error: ", msg, "; closing the connection"); exit(86))
 
-const INCOMING = Dict("EXE" => 1, "INT" => 1, "TXT" => 1, "NIN" => 1, "QRY" => 3, "SYN" => 1)
+const INCOMING = Dict("EXE" => 1, "EXN" => 2, "INT" => 1, "TXT" => 1, "NIN" => 1, "QRY" => 3, "SYN" => 1)
 
 """Parse complete frames from `buf`; return how many bytes were consumed."""
 function parse_frames!(buf::Vector{UInt8}, handle)
@@ -286,7 +288,9 @@ end
 
 function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
     if kind == "EXE"
-        put!(QUEUE, (id, String(payload)))
+        put!(QUEUE, (id, String(payload), "In[$id]"))
+    elseif kind == "EXN"
+        put!(QUEUE, (id, String(payload), String(args[1])))
     elseif kind == "INT"
         if id == CURRENT[] && forward_interrupt()
             send_frame("ACK", string(id))
@@ -445,6 +449,22 @@ function set_buffering!(on::Bool)
     end
 end
 
+"""
+    line_buffer_c_stdout!()
+
+C's stdio makes stdout fully buffered when it is a pipe, so `puts` from a library would show up
+after Julia output printed later. Line buffering is what a terminal gives it.
+"""
+function line_buffer_c_stdout!()
+    @static if Sys.islinux()
+        quietly() do
+            Libc.flush_cstdio()
+            cstdout = unsafe_load(cglobal(:stdout, Ptr{Cvoid}))
+            ccall(:setvbuf, Cint, (Ptr{Cvoid}, Ptr{UInt8}, Cint, Csize_t), cstdout, C_NULL, 1, 0)
+        end
+    end
+end
+
 function redirect_output!()
     # The original stdout is the startup log: keep it as the diagnostic channel.
     DIAG[] = stdout
@@ -462,6 +482,7 @@ function redirect_output!()
     end
     PIPES["stdout"] = wr_out
     PIPES["stderr"] = wr_err
+    line_buffer_c_stdout!()
     # The default logger captured the old stderr object: replace it.
     global_logger(ConsoleLogger(stderr))
     @async pump(rd_out, "stdout")
@@ -475,22 +496,37 @@ struct KernelDisplay <: AbstractDisplay end
 const DISPLAY_COUNTER = Ref(0)
 
 """MIME bundle of `x`: text/plain always, plus every rich type `x` can show."""
-function mime_bundle(x, only::Union{Nothing,String} = nothing)
+function mime_bundle(x)
     data = Dict{String,Any}()
-    mimes = only === nothing ? RICH_MIMES : (only,)
-    for m in mimes
-        m == "text/plain" && continue
-        showable(MIME(m), x) || continue
-        if m in BINARY_MIMES
-            data[m] = base64encode(io -> show(io, MIME(m), x))
-        else
-            s = sprint(io -> show(io, MIME(m), x))
-            data[m] = s
-        end
+    for m in RICH_MIMES
+        showable(MIME(m), x) && (data[m] = render(MIME(m), x))
     end
     data["text/plain"] = plain_text(x)
     return data
 end
+
+"""
+    mime_bundle(x, mime)
+
+The bundle `display(mime, x)` shows. As Julia's `display` documents, a string for a text MIME
+type and a byte vector for a binary one are data already in that format; anything else must
+be `showable(mime, x)`, or this throws the MethodError the REPL would.
+"""
+function mime_bundle(x, mime::MIME)
+    m = string(mime)
+    if x isa AbstractString && istextmime(mime)
+        return Dict{String,Any}(m => String(x))
+    elseif x isa AbstractVector{UInt8} && !istextmime(mime)
+        return Dict{String,Any}(m => base64encode(x))
+    end
+    showable(mime, x) || throw(MethodError(Base.display, (mime, x)))   # Base tries the next display
+    data = Dict{String,Any}(m => render(mime, x))
+    m == "text/plain" || (data["text/plain"] = plain_text(x))
+    return data
+end
+
+render(m::MIME, x) = string(m) in BINARY_MIMES ? base64encode(io -> show(io, m, x)) :
+    sprint(io -> show(io, m, x))
 
 function plain_text(x)
     io = IOBuffer()
@@ -533,7 +569,7 @@ function server_section(f)
 end
 
 function display_message(x, mime, display_id, update::Bool)
-    data = mime === nothing ? mime_bundle(x) : mime_bundle(x, string(mime))
+    data = mime === nothing ? mime_bundle(x) : mime_bundle(x, MIME(string(mime)))
     msg = Dict{String,Any}("data" => data, "metadata" => Dict{String,Any}(), "update" => update)
     display_id === nothing || (msg["transient"] = Dict{String,Any}("display_id" => string(display_id)))
     send_display(msg)
@@ -844,12 +880,12 @@ function run_cell(mod::Module, code::String, filename::String)
     return status, text, rich, report
 end
 
-function evaluate(id::Int, code::String)
+function evaluate(id::Int, code::String, name::String)
     CURRENT[] = id
     LAST_ID[] = id
     PENDING_INTERRUPT[] = false
     notify(EVAL_STARTED)
-    status, text, rich, report = run_cell(Main, code, "In[$id]")
+    status, text, rich, report = run_cell(Main, code, name)
     disable_sigint() do
         drain_output()
         set_buffering!(false)
@@ -889,6 +925,8 @@ function warm_up_steps()
         capped(text)
     end
     return Any[
+        # jupyter console gives is_complete 1 s, and asks it as soon as the user presses Enter
+        () -> answer_query("is_complete", "function f(x)", 0),
         () -> (drain_output(); set_buffering!(true); set_buffering!(false)),
         cell("1 + 1"),
         cell("error(\"e\")"),
@@ -901,6 +939,8 @@ function warm_up_steps()
         cell("[1][2]"),
         cell("[1.0 2.0; 3.0 4.0]"),
         cell("Dict(\"a\" => 1)"),
+        () -> answer_query("complete", "prin", 4),
+        () -> answer_query("inspect", "sum", 3),
     ]
 end
 
@@ -909,7 +949,7 @@ function schedule_idle_tick()
     gen = IDLE_GENERATION[]
     @async guarded("idle tick") do
         sleep(IDLE_BEFORE_WARM_UP)
-        gen == IDLE_GENERATION[] && !isready(QUEUE) && put!(QUEUE, (-gen, ""))
+        gen == IDLE_GENERATION[] && !isready(QUEUE) && put!(QUEUE, (-gen, "", ""))
         false
     end
 end
@@ -927,10 +967,10 @@ function eval_loop()
     guarded("eval") do
         while true
             isempty(steps) || schedule_idle_tick()
-            id, code = take!(QUEUE)
+            id, code, name = take!(QUEUE)
             if id > 0
                 IDLE_GENERATION[] += 1
-                evaluate(id, code)
+                evaluate(id, code, name)
             elseif -id == IDLE_GENERATION[] && !isready(QUEUE) && !isempty(steps)
                 quietly(popfirst!(steps))
             end

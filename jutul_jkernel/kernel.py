@@ -116,9 +116,17 @@ class JuliaKernel(Kernel):
             self.log.error("Julia did not start: %s", exc)
 
     async def _julia_ready(self, timeout: float) -> None:
-        if self._julia_start is not None:
+        """Wait (bounded) until Julia started or failed to; callable from any thread's loop."""
+        if self._julia_start is None or self._loop is None:
+            return
+        if asyncio.get_running_loop() is not self._loop:
+            # The control thread has a loop of its own; the start task belongs to the main one.
+            future = asyncio.run_coroutine_threadsafe(self._julia_ready(timeout), self._loop)
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._julia_start), timeout)
+                await asyncio.wait_for(asyncio.wrap_future(future), timeout + 1)
+            return
+        with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._julia_start), timeout)
 
     def pre_handler_hook(self) -> None:
         """Keep our SIGINT handler: ipykernel's would raise KeyboardInterrupt in the loop."""
@@ -249,7 +257,18 @@ class JuliaKernel(Kernel):
         await self._julia_ready(_KERNEL_INFO_WAIT)
 
         if code.lstrip().startswith("?") and "\n" not in code.strip():
+            if store_history:
+                self._history.append((1, count, code, None))
             return await self._help(code.strip()[1:].strip(), count)
+        if code.strip() in ("exit", "quit"):
+            # A bare word would just show the function; consoles leave on this payload, as
+            # with IPython. exit() keeps its Julia meaning (the next cell restarts Julia).
+            return {
+                "status": "ok",
+                "execution_count": count,
+                "user_expressions": {},
+                "payload": [{"source": "ask_exit", "keepkernel": False}],
+            }
 
         out = StreamCoalescer(lambda name, text: self._publish_stream(name, text, parent))
         on_output = None if silent else out.write
@@ -266,7 +285,11 @@ class JuliaKernel(Kernel):
 
         try:
             result = await self.supervisor.execute(
-                code, on_output, on_display=on_display, on_input=on_input if allow_stdin else None
+                code,
+                on_output,
+                on_display=on_display,
+                on_input=on_input if allow_stdin else None,
+                name=None if silent else f"In[{count}]",
             )
         except (JuliaDiedError, JuliaStartupError) as exc:
             out.flush(final=True)

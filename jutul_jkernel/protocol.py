@@ -37,7 +37,8 @@ class FrameKind(enum.Enum):
     ANS = "ANS"  # ANS <id> <n>: JSON answer to QRY <id>
     ACK = "ACK"  # ACK <n> 0: answers SYN <n>, or INT <n> once it reached the evaluation
     # Python -> Julia
-    EXE = "EXE"  # EXE <id> <n>: code to evaluate
+    EXE = "EXE"  # EXE <id> <n>: code to evaluate (backtraces name it In[<id>])
+    EXN = "EXN"  # EXN <id> <name> <n>: the same, naming the code <name>, e.g. In[3]
     INT = "INT"  # INT <id> 0: interrupt evaluation <id> (ignored unless it is still running)
     TXT = "TXT"  # TXT <id> <n>: the line typed in answer to INP <id> (no trailing newline)
     NIN = "NIN"  # NIN <id> <n>: no input can be had for INP <id>; payload says why
@@ -53,8 +54,8 @@ class FrameKind(enum.Enum):
 _ARITY = {
     FrameKind.RDY: 1, FrameKind.INF: 0, FrameKind.OUT: 1, FrameKind.DSP: 1, FrameKind.CLR: 2,
     FrameKind.VAL: 1, FrameKind.ERR: 1, FrameKind.RES: 2, FrameKind.INP: 2, FrameKind.ANS: 1,
-    FrameKind.ACK: 1, FrameKind.EXE: 1, FrameKind.INT: 1, FrameKind.TXT: 1, FrameKind.NIN: 1,
-    FrameKind.QRY: 3, FrameKind.SYN: 1,
+    FrameKind.ACK: 1, FrameKind.EXE: 1, FrameKind.EXN: 2, FrameKind.INT: 1, FrameKind.TXT: 1,
+    FrameKind.NIN: 1, FrameKind.QRY: 3, FrameKind.SYN: 1,
 }  # fmt: skip
 _KINDS: dict[bytes, FrameKind] = {k.value.encode(): k for k in FrameKind}
 
@@ -83,6 +84,7 @@ _VALIDATORS: dict[FrameKind, tuple[object, ...]] = {
     FrameKind.ANS: (_ID,),
     FrameKind.ACK: (_ID,),
     FrameKind.EXE: (_ID,),
+    FrameKind.EXN: (_ID,),
     FrameKind.INT: (_ID,),
     FrameKind.TXT: (_ID,),
     FrameKind.NIN: (_ID,),

@@ -46,6 +46,9 @@ InputCallback = Callable[[str, bool], Awaitable[str]]
 
 _IS_WINDOWS = sys.platform == "win32"
 
+# A cold Julia needs ~1 s to connect; a big --sysimage or a slow disk much more.
+_STARTUP_TIMEOUT = 60.0
+
 # Interrupt escalation. An INT frame stops every cell that yields (sleep, I/O, printing) and is
 # acknowledged at once; a cell that computes never lets the server read it, so after this long
 # without an ACK we send SIGINT, which lands at the next safepoint (~2 ms for allocating code).
@@ -151,6 +154,20 @@ class _Julia:
     death: JuliaDiedError | None = None
 
 
+def _env_seconds(name: str, default: float) -> float:
+    value = os.environ.get(name, "")
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if seconds <= 0:
+        msg = f"{name}={value!r} is not a positive number of seconds"
+        raise ValueError(msg)
+    return seconds
+
+
 def default_threads() -> int:
     """Physical cores minus one, at least one: the user's compute threads."""
     cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
@@ -177,8 +194,10 @@ class JuliaSupervisor:
     ``julia`` defaults to ``$JUTUL_JKERNEL_JULIA`` or ``julia`` on PATH; ``julia_args`` are
     extra command-line flags (``--project=...``, ``--sysimage=...``), added to those in
     ``$JUTUL_JKERNEL_JULIA_ARGS``; ``threads`` defaults to ``$JUTUL_JKERNEL_THREADS`` or
-    physical cores minus one. ``on_stray_output`` receives output printed between executions
-    (by background tasks); ``backpressure`` is awaited after each chunk of Julia's output.
+    physical cores minus one; ``startup_timeout`` defaults to
+    ``$JUTUL_JKERNEL_STARTUP_TIMEOUT`` or 60 s. ``on_stray_output`` receives output printed
+    between executions (by background tasks); ``backpressure`` is awaited after each chunk of
+    Julia's output.
     """
 
     def __init__(
@@ -189,7 +208,7 @@ class JuliaSupervisor:
         threads: int | str | None = None,
         cwd: str | os.PathLike[str] | None = None,
         env: dict[str, str] | None = None,
-        startup_timeout: float = 60.0,
+        startup_timeout: float | None = None,
         log_dir: str | os.PathLike[str] | None = None,
         on_stray_output: OutputCallback | None = None,
         backpressure: Callable[[], Awaitable[None]] | None = None,
@@ -202,7 +221,11 @@ class JuliaSupervisor:
         self.threads = threads if threads is not None else os.environ.get("JUTUL_JKERNEL_THREADS")
         self.cwd = cwd
         self.env = env or {}
-        self.startup_timeout = startup_timeout
+        self.startup_timeout = (
+            startup_timeout
+            if startup_timeout is not None
+            else _env_seconds("JUTUL_JKERNEL_STARTUP_TIMEOUT", _STARTUP_TIMEOUT)
+        )
         self._log_dir = Path(log_dir) if log_dir else None
         self._own_log_dir = False
         self.on_stray_output = on_stray_output
@@ -265,14 +288,16 @@ class JuliaSupervisor:
         *,
         on_display: DisplayCallback | None = None,
         on_input: InputCallback | None = None,
+        name: str | None = None,
     ) -> ExecutionResult:
         """Evaluate ``code`` in Main and return its result.
 
         ``on_output(stream, data)`` receives live output bytes ("stdout"/"stderr");
         ``on_display(msg)`` receives display_data / update_display_data / clear_output messages
         (default: their text/plain goes to ``on_output``); ``await on_input(prompt, password)``
-        answers ``readline()`` (default: readline raises an error in Julia). Raises
-        JuliaDiedError if Julia dies meanwhile.
+        answers ``readline()`` (default: readline raises an error in Julia); ``name`` is what
+        backtraces call the code (printable ASCII, e.g. ``In[3]``). Raises JuliaDiedError if
+        Julia dies meanwhile.
         """
         async with self._lock:
             await self.start()
@@ -291,7 +316,12 @@ class JuliaSupervisor:
             self._current = ex
             j.stderr_tail.clear()  # a death report quotes this execution's stderr only
             try:
-                await self._send(j, encode(FrameKind.EXE, ex.id, payload=code.encode()))
+                frame = (
+                    encode(FrameKind.EXE, ex.id, payload=code.encode())
+                    if name is None
+                    else encode(FrameKind.EXN, ex.id, name, payload=code.encode())
+                )
+                await self._send(j, frame)
                 result = await ex.future
             except asyncio.CancelledError:
                 if self.alive and not ex.future.done():
@@ -370,7 +400,12 @@ class JuliaSupervisor:
     def _child_env(self, token: str) -> dict[str, str]:
         env = {**os.environ, **self.env}
         # The supervisor's own settings are not the user's business inside Julia.
-        for key in ("JUTUL_JKERNEL_JULIA", "JUTUL_JKERNEL_JULIA_ARGS", "JUTUL_JKERNEL_THREADS"):
+        for key in (
+            "JUTUL_JKERNEL_JULIA",
+            "JUTUL_JKERNEL_JULIA_ARGS",
+            "JUTUL_JKERNEL_THREADS",
+            "JUTUL_JKERNEL_STARTUP_TIMEOUT",
+        ):
             env.pop(key, None)
         threads = self.threads
         if threads in (None, "", "auto") and "JULIA_NUM_THREADS" not in self.env:

@@ -19,6 +19,11 @@ unwind_ok() {
 }
 
 if command -v "$julia_bin" >/dev/null 2>&1 && unwind_ok; then
+    # Debian's julia with the right libunwind: keep a later upgrade from bringing the crash back.
+    if dpkg-query -W julia >/dev/null 2>&1 && [ "$(id -u)" = 0 ] \
+            && ! apt-mark showhold 2>/dev/null | grep -qx libunwind8; then
+        apt-mark hold libunwind8 >/dev/null
+    fi
     exit 0
 fi
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -61,6 +64,38 @@ def no_julia_left_behind() -> Iterator[None]:
     assert not left, f"Julia processes left behind: {[p.pid for p in left]}"
 
 
+KERNEL_NAME = "julia-supervised-client-test"
+
+
+@pytest.fixture(scope="module")
+def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Install the kernelspec into a private prefix and point JUPYTER_PATH at it."""
+    prefix = tmp_path_factory.mktemp("prefix")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jutul_jkernel.install",
+            "--prefix",
+            str(prefix),
+            "--name",
+            KERNEL_NAME,
+        ],
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
+    old = os.environ.get("JUPYTER_PATH")
+    os.environ["JUPYTER_PATH"] = str(prefix / "share" / "jupyter")
+    try:
+        yield dict(os.environ)
+    finally:
+        if old is None:
+            os.environ.pop("JUPYTER_PATH", None)
+        else:
+            os.environ["JUPYTER_PATH"] = old
+
+
 @pytest.fixture
 async def julia() -> AsyncIterator[JuliaSupervisor]:
     """A started supervisor with default settings, shut down after the test."""
@@ -103,10 +138,6 @@ def e2e_jupyter_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[s
     IPython's) are redirected too, so the user's own kernelspecs and settings take no part. The
     environment is patched for the module and also returned, for subprocesses.
     """
-    import os
-    import subprocess
-    import sys
-
     root = tmp_path_factory.mktemp("jupyter")
     done = subprocess.run(
         [sys.executable, "-m", "jutul_jkernel.install", "--prefix", str(root / "prefix")],

@@ -204,11 +204,6 @@ def test_console_session(console: Console) -> None:
     assert "did not respond to an is_complete_request" not in console.text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kernel gap: `exit` evaluates Julia's exit function (shows `exit (generic function "
-    "with 2 methods)`); the kernel sends no ask_exit payload, so the console keeps running",
-)
 def test_exit_command_ends_the_console(console: Console) -> None:
     console.expect(r"In \[1\]: ", FIRST_PROMPT_TIMEOUT)
     console.note_processes()

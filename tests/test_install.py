@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import jupyter_core.paths
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
@@ -30,9 +31,14 @@ _SUBPROCESS_TIMEOUT = 60.0
 
 @pytest.fixture
 def prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Return an install prefix Jupyter searches; the user data dir is redirected beside it."""
+    """Return an install prefix Jupyter searches; the user data dir is redirected beside it.
+
+    Jupyter also searches the running environment (``make demo`` installs a spec into .venv):
+    hide that, so "not installed" means not installed by this test.
+    """
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "share" / "jupyter"))
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "user-data"))
+    monkeypatch.setattr(jupyter_core.paths, "ENV_JUPYTER_PATH", [])
     monkeypatch.delenv("JUTUL_JKERNEL_JULIA", raising=False)
     assert KernelSpecManager().user_kernel_dir.startswith(str(tmp_path))
     yield tmp_path
@@ -146,8 +152,9 @@ def test_install_into_prefix_is_found_by_jupyter(
     assert spec.language == "julia"
     assert spec.interrupt_mode == "message"
     assert "debugger" not in spec.metadata
-    # Unpinned: the kernel finds julia itself at start-up.
-    assert spec.env == {}
+    # Unpinned: the kernel finds julia itself at start-up. The one setting silences debugpy's
+    # "frozen modules" warning, which ipykernel's import of debugpy prints at every start.
+    assert spec.env == {"PYDEVD_DISABLE_FILE_VALIDATION": "1"}
     for size in (32, 64):
         logo = Path(spec.resource_dir) / f"logo-{size}x{size}.png"
         assert png_size(logo) == (size, size)
@@ -196,6 +203,7 @@ def test_options_travel_in_env(
 
     env = spec_env("jl-opts")
     assert env == {
+        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
         "JUTUL_JKERNEL_JULIA": julia,
         "JUTUL_JKERNEL_THREADS": "3",
         "JUTUL_JKERNEL_JULIA_ARGS": shlex.join(
@@ -224,7 +232,7 @@ def test_reinstall_replaces(prefix: Path, julia: str) -> None:
     """Installing again under the same name replaces the old spec."""
     assert run_install(prefix, "--threads", "2") == 0
     assert run_install(prefix) == 0
-    assert spec_env() == {}
+    assert spec_env() == {"PYDEVD_DISABLE_FILE_VALIDATION": "1"}
 
 
 def test_default_location_is_user(prefix: Path, monkeypatch: pytest.MonkeyPatch) -> None:

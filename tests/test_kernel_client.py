@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import queue
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,44 +15,15 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from .conftest import SHARED_KERNEL_PIDS, julia_descendants
+from .conftest import KERNEL_NAME, SHARED_KERNEL_PIDS, julia_descendants
 
 pytestmark = pytest.mark.e2e
 
-KERNEL_NAME = "julia-supervised-client-test"
+
 START_TIMEOUT = 60.0
 REPLY_TIMEOUT = 30.0
 # Per-cell bound for the interrupt cases: the escalation's own worst case is ~6 s.
 INTERRUPT_TIMEOUT = 20.0
-
-
-@pytest.fixture(scope="module")
-def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """Install the kernelspec into a private prefix and point JUPYTER_PATH at it."""
-    prefix = tmp_path_factory.mktemp("prefix")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jutul_jkernel.install",
-            "--prefix",
-            str(prefix),
-            "--name",
-            KERNEL_NAME,
-        ],
-        check=True,
-        timeout=120,
-        capture_output=True,
-    )
-    old = os.environ.get("JUPYTER_PATH")
-    os.environ["JUPYTER_PATH"] = str(prefix / "share" / "jupyter")
-    try:
-        yield dict(os.environ)
-    finally:
-        if old is None:
-            os.environ.pop("JUPYTER_PATH", None)
-        else:
-            os.environ["JUPYTER_PATH"] = old
 
 
 def start_kernel() -> tuple[KernelManager, BlockingKernelClient]:
@@ -490,3 +459,15 @@ def test_kernel_log_has_no_tracebacks(kernel_env: dict[str, str], tmp_path: Path
     text = log.read_text()
     assert "Traceback" not in text, text
     assert "Exception in" not in text, text
+
+
+def test_kernel_info_on_the_control_channel(
+    shared: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    """kernel_info_request is answered on the control channel too (JupyterLab asks there)."""
+    _, kc = shared
+    msg = kc.session.msg("kernel_info_request")
+    kc.control_channel.send(msg)
+    reply = kc.get_control_msg(timeout=REPLY_TIMEOUT)
+    assert reply["parent_header"]["msg_id"] == msg["header"]["msg_id"]
+    assert reply["content"]["language_info"]["name"] == "julia"

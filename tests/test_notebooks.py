@@ -280,11 +280,6 @@ def test_quickstart_display_comes_between_prints(quickstart: dict[str, Any]) -> 
     assert outputs[2]["text"] == "after the picture\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason='kernel bug: display("image/svg+xml", svg_string) publishes only text/plain (the '
-    "string's repr); Julia documents a string as raw data for a textual MIME type",
-)
 def test_quickstart_display_shows_the_svg(quickstart: dict[str, Any]) -> None:
     [display] = [o for o in quickstart["svg-display"] if o["output_type"] == "display_data"]
     assert display["data"].get("image/svg+xml", "").startswith("<svg")

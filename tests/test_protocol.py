@@ -34,6 +34,7 @@ VALID_ARGS: dict[FrameKind, tuple[str, ...]] = {
     FrameKind.ANS: ("7",),
     FrameKind.ACK: ("123456789012345678",),
     FrameKind.EXE: ("1",),
+    FrameKind.EXN: ("1", "In[3]"),
     FrameKind.INT: ("7",),
     FrameKind.TXT: ("7",),
     FrameKind.NIN: ("7",),
@@ -389,6 +390,7 @@ ARG_STRATEGIES: dict[FrameKind, tuple[st.SearchStrategy[str], ...]] = {
     FrameKind.RES: (IDS, st.sampled_from(RESULT_STATUSES)),
     FrameKind.INP: (IDS, BIT),
     FrameKind.QRY: (IDS, st.sampled_from(QUERY_OPS), CURSORS),
+    FrameKind.EXN: (IDS, ASCII_TOKEN),
     **{
         k: (IDS,)
         for k in (

@@ -1,0 +1,197 @@
+"""Faults injected into a running kernel: every one is explained, and the kernel stays up."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager
+
+from .conftest import julia_descendants
+from .test_kernel_client import (
+    collect,
+    execute,
+    result_of,
+    start_kernel,
+    stop_kernel,
+    text_of,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def julia_of(km: KernelManager) -> int:
+    """The pid of the Julia that the kernel runs now."""
+    pid = km.provisioner.pid if km.provisioner else None
+    assert pid is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for p in julia_descendants():
+            if pid in {a.pid for a in p.parents()}:
+                return int(p.pid)
+        time.sleep(0.05)
+    raise AssertionError("the kernel runs no Julia")
+
+
+def install_spec(prefix: Path, name: str, *args: str) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jutul_jkernel.install",
+            "--prefix",
+            str(prefix),
+            "--name",
+            name,
+            *args,
+        ],
+        check=True,
+        timeout=120,
+        capture_output=True,
+    )
+
+
+@pytest.fixture
+def kernel(kernel_env: dict[str, str]) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+    km, kc = start_kernel()
+    try:
+        yield km, kc
+    finally:
+        stop_kernel(km, kc)
+
+
+@pytest.fixture
+def spec_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private prefix on JUPYTER_PATH for specs made by the test."""
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "share" / "jupyter"))
+    return tmp_path
+
+
+def start_named(name: str) -> tuple[KernelManager, BlockingKernelClient]:
+    km = KernelManager(kernel_name=name)
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=60)
+    return km, kc
+
+
+@pytest.mark.parametrize(
+    ("fault", "code", "expected"),
+    [
+        ("SIGKILL from outside", "sleep(1000)", "SIGKILL"),
+        ("segfault", "unsafe_load(Ptr{Int}(0))", "signal (11)"),
+        ("abort in C", "ccall(:abort, Cvoid, ())", "SIGABRT"),
+        ("exit", "exit(7)", "exited with status 7"),
+        ("socket closed by Julia", "close(JKernel.SOCK[]); sleep(1000)", "closed its connection"),
+    ],
+)
+def test_julia_fault_fails_the_cell_and_the_kernel_recovers(
+    kernel: tuple[KernelManager, BlockingKernelClient], fault: str, code: str, expected: str
+) -> None:
+    """The cell's error names what happened; the kernel stays up; the next cell runs fresh."""
+    km, kc = kernel
+    execute(kc, "keep = 1")
+    old = julia_of(km)
+    msg_id = kc.execute(code)
+    if fault == "SIGKILL from outside":
+        time.sleep(0.5)
+        os.kill(old, signal.SIGKILL)
+    reply, outputs = collect(kc, msg_id)
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == "JuliaDied"
+    assert expected in reply["content"]["evalue"]
+    assert "Julia's log:" in reply["content"]["evalue"]
+    assert [m for m in outputs if m["msg_type"] == "error"]
+    assert km.is_alive()
+    reply, outputs = execute(kc, "isdefined(Main, :keep)")
+    assert result_of(outputs) == "false"
+    assert "fresh Julia" in text_of(outputs, "stderr")
+    assert julia_of(km) != old
+
+
+def test_missing_julia_is_named_and_the_kernel_stays_up(spec_prefix: Path) -> None:
+    """A kernelspec pointing at a missing Julia: each cell's error names the path and the fix."""
+    missing = spec_prefix / "not-installed" / "julia"
+    install_spec(spec_prefix, "jk-missing", "--julia", str(missing), "--no-check")
+    km, kc = start_named("jk-missing")
+    try:
+        for _ in range(2):
+            reply, _ = execute(kc, "1 + 1")
+            assert reply["content"]["status"] == "error"
+            assert reply["content"]["ename"] == "JuliaStartupError"
+            assert str(missing) in reply["content"]["evalue"]
+            assert "JUTUL_JKERNEL_JULIA" in reply["content"]["evalue"]
+        assert km.is_alive()
+        kc.kernel_info()
+        info = kc.get_shell_msg(timeout=30)["content"]
+        assert info["language_info"]["version"] == "unknown"
+    finally:
+        stop_kernel(km, kc)
+
+
+def test_broken_julia_is_quoted(spec_prefix: Path) -> None:
+    """A 'julia' that fails at once: the cell quotes what it said and names the log."""
+    broken = spec_prefix / "broken-julia"
+    broken.write_text("#!/bin/sh\necho 'this julia is broken: libjulia.so missing' >&2\nexit 127\n")
+    broken.chmod(0o755)
+    install_spec(spec_prefix, "jk-broken", "--julia", str(broken), "--no-check")
+    km, kc = start_named("jk-broken")
+    try:
+        reply, _ = execute(kc, "1 + 1")
+        evalue = reply["content"]["evalue"]
+        assert reply["content"]["ename"] == "JuliaStartupError"
+        assert "exited with status 127" in evalue
+        assert "libjulia.so missing" in evalue
+        assert "log is" in evalue
+        assert km.is_alive()
+    finally:
+        stop_kernel(km, kc)
+
+
+def test_julia_stalling_before_the_handshake_times_out(spec_prefix: Path) -> None:
+    """A Julia that never connects: the cell fails after the start-up timeout, naming the log."""
+    stall = spec_prefix / "stall.jl"
+    stall.write_text('println(stderr, "stuck in startup"); sleep(1000)\n')
+    install_spec(
+        spec_prefix,
+        "jk-stall",
+        "--julia-args",
+        f"-L {stall}",
+        "--no-check",
+        "--env",
+        "JUTUL_JKERNEL_STARTUP_TIMEOUT=3",
+    )
+    km, kc = start_named("jk-stall")
+    try:
+        t0 = time.perf_counter()
+        reply, _ = execute(kc, "1 + 1", timeout=60)
+        evalue = reply["content"]["evalue"]
+        assert reply["content"]["ename"] == "JuliaStartupError"
+        assert "did not connect within 3 s" in evalue
+        assert "stuck in startup" in evalue
+        assert time.perf_counter() - t0 < 30
+    finally:
+        stop_kernel(km, kc)
+
+
+def test_kernel_script_refuses_a_bad_timeout_setting(spec_prefix: Path) -> None:
+    """A malformed JUTUL_JKERNEL_STARTUP_TIMEOUT is reported, not silently ignored."""
+    env = {**os.environ, "JUTUL_JKERNEL_STARTUP_TIMEOUT": "soon"}
+    code = textwrap.dedent("""
+        from jutul_jkernel.supervisor import JuliaSupervisor
+        JuliaSupervisor()
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode != 0
+    assert "JUTUL_JKERNEL_STARTUP_TIMEOUT='soon' is not a positive number" in proc.stderr

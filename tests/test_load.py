@@ -1,0 +1,239 @@
+"""Load on a real kernel: an interrupt storm, a long soak, and large or odd output.
+
+Sizes default to the issue's figures and fit CI; JKERNEL_STORM_INTERRUPTS and JKERNEL_SOAK_CELLS
+make the long variants longer.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager
+
+from .conftest import SHARED_KERNEL_PIDS
+from .test_kernel_client import (
+    collect,
+    drain,
+    execute,
+    result_of,
+    start_kernel,
+    stop_kernel,
+    text_of,
+)
+
+pytestmark = pytest.mark.e2e
+
+STORM_INTERRUPTS = int(os.environ.get("JKERNEL_STORM_INTERRUPTS", "200"))
+SOAK_CELLS = int(os.environ.get("JKERNEL_SOAK_CELLS", "20000"))
+# Each storm cell runs ~0.4 s unless interrupted; an interrupt of any of them needs < 1 s.
+STORM_REPLY_TIMEOUT = 20.0
+
+
+@pytest.fixture(scope="module")
+def kernel(kernel_env: dict[str, str]) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+    km, kc = start_kernel()
+    pid = km.provisioner.pid if km.provisioner else None
+    assert pid is not None
+    SHARED_KERNEL_PIDS.add(pid)
+    try:
+        yield km, kc
+    finally:
+        stop_kernel(km, kc)
+        SHARED_KERNEL_PIDS.discard(pid)
+
+
+def kernel_rss(km: KernelManager) -> int:
+    pid = km.provisioner.pid if km.provisioner else None
+    assert pid is not None
+    return int(psutil.Process(pid).memory_info().rss)
+
+
+STORM_WORKLOADS = {
+    "compute": "s = 0.0; for i in 1:3_000_000; global s += sqrt(i); end; s",
+    "sleep": "sleep(0.4)",
+    "io wait": "read(`sleep 0.4`)",
+    "printing": 'for i in 1:3000; println("line ", i); end',
+    "idle": "",  # the interrupt arrives between cells
+}
+
+
+def test_interrupt_storm(kernel: tuple[KernelManager, BlockingKernelClient]) -> None:
+    """Interrupts at random moments never wedge the kernel, every request gets exactly one
+    reply, and state defined before survives unless the user was told of a restart."""
+    km, kc = kernel
+    drain(kc)
+    execute(kc, "storm_state = 12345")
+    rng = random.Random(20261121)
+    sent: list[str] = []
+    counts: dict[str, dict[str, int]] = {name: {} for name in STORM_WORKLOADS}
+    restarted = False
+    t0 = time.perf_counter()
+    for _ in range(STORM_INTERRUPTS):
+        name = rng.choice(list(STORM_WORKLOADS))
+        if name == "idle":
+            km.interrupt_kernel()
+            time.sleep(rng.uniform(0, 0.05))
+            reply, outputs = execute(kc, "storm_state")
+            sent.append(reply["parent_header"]["msg_id"])
+            outcome = reply["content"]["status"]
+        else:
+            msg_id = kc.execute(STORM_WORKLOADS[name])
+            sent.append(msg_id)
+            time.sleep(rng.uniform(0, 0.5))
+            km.interrupt_kernel()
+            reply, outputs = collect(kc, msg_id, STORM_REPLY_TIMEOUT)
+            outcome = reply["content"].get("ename", reply["content"]["status"])
+        restarted |= "gone" in text_of(outputs, "stderr")
+        counts[name][outcome] = counts[name].get(outcome, 0) + 1
+    elapsed = time.perf_counter() - t0
+    # exactly one reply each: nothing else arrives on the shell channel
+    with pytest.raises(queue.Empty):
+        extra = kc.get_shell_msg(timeout=1.0)
+        pytest.fail(f"an unexpected extra reply: {extra['msg_type']}")
+    reply, outputs = execute(kc, "isdefined(Main, :storm_state) ? storm_state : nothing")
+    assert reply["content"]["status"] == "ok"
+    if not restarted:
+        assert result_of(outputs) == "12345"
+    print(
+        f"\n[storm] {STORM_INTERRUPTS} interrupts in {elapsed:.0f} s, outcomes {counts}, "
+        f"restarted: {restarted}"
+    )
+
+
+def soak_cell(i: int) -> tuple[str, dict[str, Any]]:
+    """The i-th soak cell and what it must produce."""
+    kind = i % 4
+    if kind == 0:
+        return f'println("p{i}")', {"stdout": f"p{i}\n"}
+    if kind == 1:
+        return f"{i} + 0", {"result": str(i)}
+    if kind == 2:
+        return f'error("e{i}")', {"error": f"e{i}"}
+    return f'display("text/html", HTML("<i>d{i}</i>"))', {"html": f"<i>d{i}</i>"}
+
+
+def test_soak(kernel: tuple[KernelManager, BlockingKernelClient]) -> None:
+    """Thousands of cells in a row: replies in order, no output lost or duplicated, and the
+    kernel process's memory grows less than 10% once warm."""
+    km, kc = kernel
+    drain(kc)
+    warm = min(1000, SOAK_CELLS // 10)
+    first_count = None
+    rss_warm = 0
+    t0 = time.perf_counter()
+    for i in range(SOAK_CELLS):
+        if i == warm:
+            rss_warm = kernel_rss(km)
+        code, want = soak_cell(i)
+        reply, outputs = execute(kc, code)
+        count = reply["content"]["execution_count"]
+        if first_count is None:
+            first_count = count
+        assert count == first_count + i, f"cell {i}: replies out of order"
+        if "stdout" in want:
+            assert reply["content"]["status"] == "ok"
+            assert [m["msg_type"] for m in outputs] == ["stream"], f"cell {i}: {outputs}"
+            assert text_of(outputs) == want["stdout"]
+        elif "result" in want:
+            assert [m["msg_type"] for m in outputs] == ["execute_result"], f"cell {i}"
+            assert result_of(outputs) == want["result"]
+        elif "error" in want:
+            assert reply["content"]["status"] == "error"
+            assert [m["msg_type"] for m in outputs] == ["error"], f"cell {i}"
+            assert outputs[0]["content"]["evalue"] == want["error"]
+        else:
+            assert [m["msg_type"] for m in outputs] == ["display_data"], f"cell {i}"
+            assert outputs[0]["content"]["data"]["text/html"] == want["html"]
+    elapsed = time.perf_counter() - t0
+    rss_end = kernel_rss(km)
+    growth = (rss_end - rss_warm) / rss_warm
+    print(
+        f"\n[soak] {SOAK_CELLS} cells in {elapsed:.0f} s ({elapsed / SOAK_CELLS * 1000:.1f} "
+        f"ms/cell); kernel RSS {rss_warm / 2**20:.1f} -> {rss_end / 2**20:.1f} MiB "
+        f"({growth:+.1%})"
+    )
+    assert growth < 0.10
+
+
+def _watch_rss(km: KernelManager, stop: threading.Event, peak: list[int]) -> None:
+    while not stop.is_set():
+        peak[0] = max(peak[0], kernel_rss(km))
+        stop.wait(0.05)
+
+
+def test_one_gigabyte_streams_with_bounded_memory(
+    kernel: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    """A cell printing 1 GiB completes, and the kernel's memory stays bounded: Julia's writes
+    block instead of the kernel buffering the output."""
+    km, kc = kernel
+    drain(kc)
+    before = kernel_rss(km)
+    peak = [before]
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch_rss, args=(km, stop, peak))
+    watcher.start()
+    received = 0
+    t0 = time.perf_counter()
+    try:
+        msg_id = kc.execute('s = "x"^1023 * "\\n"; for i in 1:(1<<20); print(s); end; :done')
+        deadline = time.monotonic() + 300
+        reply = None
+        while True:
+            msg = kc.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                received += len(msg["content"]["text"])
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+        reply = kc.get_shell_msg(timeout=30)
+    finally:
+        stop.set()
+        watcher.join()
+    elapsed = time.perf_counter() - t0
+    assert reply["content"]["status"] == "ok"
+    growth = peak[0] - before
+    print(
+        f"\n[volume] 1 GiB in {elapsed:.1f} s ({2**30 / 2**20 / elapsed:.0f} MiB/s), "
+        f"{received / 2**30:.2%} delivered to this client, kernel RSS {before / 2**20:.0f} -> "
+        f"peak {peak[0] / 2**20:.0f} MiB"
+    )
+    # ZMQ's send queue for IOPub holds at most 1000 messages of <= 256 KiB; the kernel itself
+    # holds about one MiB. Anything far above that means output is piling up in the kernel.
+    assert growth < 320 * 2**20
+
+
+def test_long_line_many_tiny_prints_and_odd_bytes(
+    kernel: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    """One 100 MB line and 10^6 tiny prints arrive whole; invalid UTF-8 and NUL bytes arrive
+    as replacement characters and NULs, never a crash."""
+    km, kc = kernel
+    drain(kc)
+    reply, outputs = execute(kc, 'print("y"^100_000_000)', timeout=120)
+    assert reply["content"]["status"] == "ok"
+    assert text_of(outputs) == "y" * 100_000_000
+    reply, outputs = execute(kc, "for i in 1:1_000_000; println(i); end", timeout=120)
+    lines = text_of(outputs).splitlines()
+    assert len(lines) == 1_000_000
+    assert lines[0] == "1" and lines[-1] == "1000000"
+    reply, outputs = execute(
+        kc,
+        "write(stdout, UInt8[0x61, 0xff, 0x00, 0xc3, 0x62]); "
+        "write(stderr, UInt8[0xe2, 0x82]); println(stderr); 1",
+    )
+    assert reply["content"]["status"] == "ok"
+    assert text_of(outputs) == "a\ufffd\x00\ufffdb"
+    assert text_of(outputs, "stderr") == "\ufffd\n"
+    assert result_of(outputs) == "1"
+    assert km.is_alive()
