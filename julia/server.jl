@@ -791,9 +791,18 @@ is_interrupt(e) = e isa InterruptException ||
     (e isa TaskFailedException && is_interrupt(e.task.exception)) ||
     (e isa LoadError && is_interrupt(e.error))
 
+# Where an interrupt lands while the cell waits: scheduler frames that tell the user nothing.
+const SCHEDULER_FILES = ("task.jl", "condition.jl", "asyncevent.jl", "event.jl", "lock.jl",
+                         "locks-mt.jl", "stream.jl", "channels.jl", "libuv.jl")
+
 """The frames of `bt` that belong to the user's code, without the server's own."""
-function user_backtrace(bt)
+function user_backtrace(bt, interrupted::Bool = false)
     frames = stacktrace(bt)
+    if interrupted
+        while length(frames) > 1 && basename(string(frames[1].file)) in SCHEDULER_FILES
+            popfirst!(frames)
+        end
+    end
     here = @__FILE__
     cut = findfirst(f -> string(f.file) == here, frames)
     cut === nothing || (frames = frames[1:cut-1])
@@ -825,7 +834,7 @@ function error_report(e, bt)
         end
     end
     full = try
-        frames = user_backtrace(bt)
+        frames = user_backtrace(bt, is_interrupt(e))
         sprint(; context = :color => false) do io
             showerror(io, e)
             isempty(frames) || Base.show_backtrace(io, frames)
