@@ -475,7 +475,7 @@ class JuliaSupervisor:
             os.set_blocking(err_read, False)
         j = _Julia(proc, log_path, err_read)
         try:
-            conn, decoder = await asyncio.wait_for(
+            conn, decoder, early = await asyncio.wait_for(
                 self._accept(j, listener, token), self.startup_timeout
             )
         except (TimeoutError, asyncio.TimeoutError):
@@ -496,7 +496,7 @@ class JuliaSupervisor:
         self._julia = j
         info_waiter = asyncio.get_running_loop().create_future()
         self._waiters[0] = info_waiter
-        j.reader_task = asyncio.create_task(self._read_loop(j, decoder))
+        j.reader_task = asyncio.create_task(self._read_loop(j, decoder, early))
         try:
             await asyncio.wait_for(info_waiter, self.startup_timeout)
         except (TimeoutError, asyncio.TimeoutError):
@@ -509,7 +509,7 @@ class JuliaSupervisor:
 
     async def _accept(
         self, j: _Julia, listener: socket.socket, token: str
-    ) -> tuple[socket.socket, Decoder]:
+    ) -> tuple[socket.socket, Decoder, list[Frame]]:
         """Accept connections until one opens with RDY and our token."""
         loop = asyncio.get_running_loop()
         exited = asyncio.ensure_future(j.proc.wait())
@@ -527,13 +527,13 @@ class JuliaSupervisor:
                 conn, peer = accepted.result()
                 decoder = Decoder()
                 try:
-                    first = await self._first_frame(conn, decoder)
+                    first, rest = await self._first_frame(conn, decoder)
                 except (ProtocolError, ConnectionError) as exc:
                     log.warning("refused a connection from %s: %s", peer, exc)
                     conn.close()
                     continue
                 if first.kind is FrameKind.RDY and secrets.compare_digest(first.args[0], token):
-                    return conn, decoder
+                    return conn, decoder, rest
                 log.warning(
                     "refused a connection from %s: its first frame was not RDY with "
                     "the right token",
@@ -544,7 +544,8 @@ class JuliaSupervisor:
             exited.cancel()
 
     @staticmethod
-    async def _first_frame(conn: socket.socket, decoder: Decoder) -> Frame:
+    async def _first_frame(conn: socket.socket, decoder: Decoder) -> tuple[Frame, list[Frame]]:
+        """Read until the first frame is complete; return it and any frames that followed."""
         loop = asyncio.get_running_loop()
         conn.setblocking(False)
         while True:
@@ -554,12 +555,7 @@ class JuliaSupervisor:
                 raise ConnectionError(msg)
             frames = decoder.feed(data)
             if frames:
-                # Put back what came after the first frame: the reader decodes it again.
-                rest = frames[1:]
-                decoder.__init__()  # type: ignore[misc]
-                for f in rest:
-                    decoder.feed(encode(f.kind, *f.args, payload=f.payload))
-                return frames[0]
+                return frames[0], frames[1:]
 
     # ---- the connection ----
 
@@ -569,11 +565,11 @@ class JuliaSupervisor:
         j.writer.write(data)
         await j.writer.drain()
 
-    async def _read_loop(self, j: _Julia, decoder: Decoder) -> None:
+    async def _read_loop(self, j: _Julia, decoder: Decoder, early: list[Frame]) -> None:
         assert j.reader is not None
         reason = "closed its connection"
         try:
-            for frame in decoder.feed(b""):
+            for frame in early:  # arrived with the handshake
                 self._dispatch(j, frame)
             while True:
                 data = await j.reader.read(_READ_CHUNK_BYTES)
@@ -736,9 +732,11 @@ class JuliaSupervisor:
         self._waiters[ex.id] = ack
         try:
             await self._send(j, encode(FrameKind.INT, ex.id))
+            delivered = False
             with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(ack), _INT_ACK_WAIT)
-            if ack.done() or await _finished(ex, 0):
+                await asyncio.wait_for(ack, _INT_ACK_WAIT)
+                delivered = True  # the evaluation yields: the interrupt reaches it, no signal
+            if delivered or await _finished(ex, 0):
                 return
             self._signal(j)
             ex.sigint_sent = True
@@ -757,6 +755,7 @@ class JuliaSupervisor:
         except (ConnectionError, JuliaDiedError):
             return
         finally:
+            # A late ACK finds no waiter and is dropped; a death finds no orphaned future.
             self._waiters.pop(ex.id, None)
 
     @staticmethod
@@ -827,6 +826,8 @@ class JuliaSupervisor:
 
     def _start_in_background(self) -> None:
         async def start() -> None:
+            if self._closed:
+                return
             try:
                 await self.start()
             except JuliaStartupError as exc:

@@ -66,6 +66,7 @@ STORM_WORKLOADS = {
 }
 
 
+@pytest.mark.timeout(max(120, STORM_INTERRUPTS * 3))  # ~0.25 s each here; allow 3 s
 def test_interrupt_storm(kernel: tuple[KernelManager, BlockingKernelClient]) -> None:
     """Interrupts at random moments never wedge the kernel, every request gets exactly one
     reply, and state defined before survives unless the user was told of a restart."""
@@ -121,6 +122,7 @@ def soak_cell(i: int) -> tuple[str, dict[str, Any]]:
     return f'display("text/html", HTML("<i>d{i}</i>"))', {"html": f"<i>d{i}</i>"}
 
 
+@pytest.mark.timeout(max(120, SOAK_CELLS // 20))  # ~7 ms a cell here; allow ~50 ms
 def test_soak(kernel: tuple[KernelManager, BlockingKernelClient]) -> None:
     """Thousands of cells in a row: replies in order, no output lost or duplicated, and the
     kernel process's memory grows less than 10% once warm."""
@@ -170,6 +172,7 @@ def _watch_rss(km: KernelManager, stop: threading.Event, peak: list[int]) -> Non
         stop.wait(0.05)
 
 
+@pytest.mark.timeout(400)
 def test_one_gigabyte_streams_with_bounded_memory(
     kernel: tuple[KernelManager, BlockingKernelClient],
 ) -> None:
