@@ -436,15 +436,18 @@ end
 function set_buffering!(on::Bool)
     BUFFERED[] == on && return
     BUFFERED[] = on
-    for name in ("stdout", "stderr")
-        w = PIPES[name]
-        if on
-            Base.buffer_writes(w, STDOUT_BUFFER)
-        else
-            flush(w)
-            Base.iolock_begin()
-            w.sendbuf = nothing
-            Base.iolock_end()
+    # `sendbuf` is a Base internal: if a Julia version changes it, lose the speed-up, not cells.
+    quietly() do
+        for name in ("stdout", "stderr")
+            w = PIPES[name]
+            if on
+                Base.buffer_writes(w, STDOUT_BUFFER)
+            else
+                flush(w)
+                Base.iolock_begin()
+                w.sendbuf = nothing
+                Base.iolock_end()
+            end
         end
     end
 end
