@@ -86,13 +86,13 @@ const LAST_ID = Ref(0)                 # parent of output produced between evalu
 const IN_USER = Ref(false)             # the evaluating task is inside user code
 const PENDING_INTERRUPT = Ref(false)   # an interrupt arrived while the server held the task
 const QUEUE = Channel{Tuple{Int,String,String}}(Inf)   # id, code, name
-const EVAL_STARTED = Condition()
 const INPUT_WAIT = Ref{Union{Nothing,Channel{Any}}}(nothing)
 const PIPES = Dict{String,Any}()       # "stdout"/"stderr" => write end of our pipe
 const MARK = Vector{UInt8}("\0\x1fJJK" * string(rand(UInt64); base = 16, pad = 16) * "\x1f\0")
 const MARKS_SEEN = Dict("stdout" => 0, "stderr" => 0)
 const MARKS_SENT = Ref(0)
 const DRAINED = Condition()
+const DRAIN_DEADLINE = Ref(Inf)      # when the running drain gives up (see flusher_loop)
 const FORWARDED = Ref(0)               # output bytes forwarded, for the buffering switch
 const BUFFERED = Ref(false)
 
@@ -114,10 +114,11 @@ diag(msg...) = quietly() do
 end
 
 """
-    guarded(f)
+    guarded(f, name)
 
-Run `f()` until it returns `false`; an InterruptException that lands here is forwarded to the
-evaluation instead of killing this task.
+Run `f()` until it returns `false`. An InterruptException that lands here is forwarded to the
+evaluation instead of killing this task; any other error is logged and `f` runs again, since
+every task that uses this is one the server cannot do without.
 """
 function guarded(f, name::String)
     while true
@@ -127,8 +128,8 @@ function guarded(f, name::String)
             if e isa InterruptException
                 forward_interrupt()
             else
-                diag("task ", name, " failed: ", sprint(showerror, e, catch_backtrace()))
-                return
+                diag("task ", name, " failed (resuming): ", sprint(showerror, e, catch_backtrace()))
+                sleep(0.05)   # no hot loop if it fails again at once
             end
         end
     end
@@ -241,6 +242,11 @@ protocol_failure(msg) = (diag("protocol error: ", msg, "; closing the connection
 
 const INCOMING = Dict("EXE" => 1, "EXN" => 2, "INT" => 1, "TXT" => 1, "NIN" => 1, "QRY" => 3, "SYN" => 1)
 
+# Numbers on the wire are plain decimal, as protocol.py writes and checks them: tryparse alone
+# would also take "0x10", "+1", "01" and trailing whitespace.
+const WIRE_NUMBER = r"^(0|[1-9][0-9]{0,17})$"
+wire_number(s) = occursin(WIRE_NUMBER, s) ? parse(Int, s) : nothing
+
 """Parse complete frames from `buf`; return how many bytes were consumed."""
 function parse_frames!(buf::Vector{UInt8}, handle)
     pos = 1
@@ -257,15 +263,35 @@ function parse_frames!(buf::Vector{UInt8}, handle)
         arity = get(INCOMING, parts[1], -1)
         arity < 0 && protocol_failure("unknown frame kind in header $(repr(header))")
         length(parts) == arity + 2 || protocol_failure("wrong argument count in header $(repr(header))")
-        nbytes = tryparse(Int, parts[end])
-        (nbytes === nothing || nbytes < 0 || nbytes > MAX_PAYLOAD) &&
+        nbytes = wire_number(parts[end])
+        (nbytes === nothing || nbytes > MAX_PAYLOAD) &&
             protocol_failure("bad NBYTES in header $(repr(header))")
-        id = tryparse(Int, parts[2])
+        id = wire_number(parts[2])
         (id === nothing || id < 1) && protocol_failure("bad id in header $(repr(header))")
         length(buf) - nl < nbytes && return pos - 1
         payload = buf[nl+1:nl+nbytes]
         pos = nl + nbytes + 1
         handle(String(parts[1]), id, parts[3:end-1], payload)
+    end
+end
+
+const QUERIES = Channel{Tuple{Int,String,String,Int}}(Inf)   # id, op, code, cursor
+const QUERY_OPS = ("complete", "inspect", "is_complete")
+
+"""Answer queries one at a time, beside evaluations (a long-lived task, as all of ours are)."""
+function query_loop()
+    guarded("queries") do
+        while true
+            id, op, code, cursor = take!(QUERIES)
+            answer = try
+                # latest world: completion must see methods (propertynames...) users define
+                Base.invokelatest(answer_query, op, code, cursor)
+            catch e
+                e isa InterruptException && rethrow()
+                Dict("error" => sprint(showerror, e))
+            end
+            send_frame("ANS", string(id), json(answer))
+        end
     end
 end
 
@@ -302,13 +328,10 @@ function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
         end
     elseif kind == "QRY"
         op = String(args[1])
-        cursor = tryparse(Int, args[2])
-        (cursor === nothing || cursor < 0) && protocol_failure("bad cursor in QRY $id")
-        code = String(payload)
-        @async guarded("query") do
-            send_frame("ANS", string(id), json(answer_query(op, code, cursor)))
-            false
-        end
+        op in QUERY_OPS || protocol_failure("unknown query $(repr(op)) in QRY $id")
+        cursor = wire_number(args[2])
+        cursor === nothing && protocol_failure("bad cursor in QRY $id")
+        put!(QUERIES, (id, op, String(payload), cursor))
     elseif kind == "SYN"
         send_frame("ACK", string(id))
     end
@@ -398,30 +421,44 @@ function drain_output()
         write(w, MARK)
         flush(w)
     end
-    deadline = time() + DRAIN_TIMEOUT
-    while MARKS_SEEN["stdout"] < want || MARKS_SEEN["stderr"] < want
-        left = deadline - time()
-        if left <= 0
-            diag("output drain timed out after ", DRAIN_TIMEOUT, " s")
-            MARKS_SEEN["stdout"] = MARKS_SEEN["stderr"] = want
-            break
-        end
-        timer = Timer(_ -> notify(DRAINED), left)
-        try
+    DRAIN_DEADLINE[] = time() + DRAIN_TIMEOUT   # the flusher task wakes us if it passes
+    try
+        while MARKS_SEEN["stdout"] < want || MARKS_SEEN["stderr"] < want
+            if time() > DRAIN_DEADLINE[]
+                diag("output drain timed out after ", DRAIN_TIMEOUT, " s")
+                MARKS_SEEN["stdout"] = MARKS_SEEN["stderr"] = want
+                break
+            end
             wait(DRAINED)
-        finally
-            close(timer)
         end
+    finally
+        DRAIN_DEADLINE[] = Inf
     end
 end
 
+"""
+    flusher_loop()
+
+The server's clock, one long-lived task: while a cell runs it flushes buffered output every
+`FLUSH_INTERVAL` and switches write buffering by output rate; it ends a drain that waits too
+long; when Julia has been idle for `IDLE_BEFORE_WARM_UP` it queues a warm-up tick. (Timer
+callbacks or a task per tick would leave finished tasks behind, and a SIGINT that lands in a
+finished task can kill Julia 1.5; this task catches and forwards it.)
+"""
 function flusher_loop()
     guarded("flusher") do
         while true
-            CURRENT[] == 0 && wait(EVAL_STARTED)
+            running = CURRENT[] != 0
             before = FORWARDED[]
-            sleep(FLUSH_INTERVAL)
-            CURRENT[] == 0 && continue
+            gen = IDLE_GENERATION[]
+            sleep(running ? FLUSH_INTERVAL : IDLE_BEFORE_WARM_UP)
+            time() > DRAIN_DEADLINE[] && notify(DRAINED)
+            if CURRENT[] == 0
+                if !running && WARMING[] && gen == IDLE_GENERATION[] && !isready(QUEUE)
+                    put!(QUEUE, (-gen, "", ""))   # idle for a whole interval
+                end
+                continue
+            end
             flush_all()
             rate = FORWARDED[] - before
             if !BUFFERED[] && rate >= BUFFER_ON_BYTES
@@ -896,8 +933,20 @@ function evaluate(id::Int, code::String, name::String)
     CURRENT[] = id
     LAST_ID[] = id
     PENDING_INTERRUPT[] = false
-    notify(EVAL_STARTED)
     status, text, rich, report = run_cell(Main, code, name)
+    try
+        finish_evaluation(id, status, text, rich, report)
+    catch e
+        # A bug of ours must not leave the supervisor waiting for a result that never comes.
+        e isa InterruptException && rethrow()
+        diag("sending the result of ", id, " failed: ", sprint(showerror, e, catch_backtrace()))
+        CURRENT[] = 0
+        send_frame("RES", string(id, " err"), string("jutul-jkernel could not send this cell's ",
+                   "result: ", sprint(showerror, e)))
+    end
+end
+
+function finish_evaluation(id::Int, status::String, text::String, rich, report)
     disable_sigint() do
         drain_output()
         set_buffering!(false)
@@ -918,6 +967,7 @@ end
 
 const IDLE_BEFORE_WARM_UP = 0.2   # seconds without requests before a warm-up step runs
 const IDLE_GENERATION = Ref(0)
+const WARMING = Ref(true)            # warm-up steps remain
 
 """
     warm_up_steps() -> Vector{Any}
@@ -956,16 +1006,6 @@ function warm_up_steps()
     ]
 end
 
-"""Queue an idle tick (id <= 0) if no request arrives within `IDLE_BEFORE_WARM_UP`."""
-function schedule_idle_tick()
-    gen = IDLE_GENERATION[]
-    @async guarded("idle tick") do
-        sleep(IDLE_BEFORE_WARM_UP)
-        gen == IDLE_GENERATION[] && !isready(QUEUE) && put!(QUEUE, (-gen, "", ""))
-        false
-    end
-end
-
 function report_of(f)
     try
         f()
@@ -978,13 +1018,13 @@ function eval_loop()
     steps = warm_up_steps()
     guarded("eval") do
         while true
-            isempty(steps) || schedule_idle_tick()
             id, code, name = take!(QUEUE)
             if id > 0
                 IDLE_GENERATION[] += 1
                 evaluate(id, code, name)
             elseif -id == IDLE_GENERATION[] && !isready(QUEUE) && !isempty(steps)
                 quietly(popfirst!(steps))
+                WARMING[] = !isempty(steps)
             end
         end
     end
@@ -1094,6 +1134,7 @@ function main(args = ARGS)
     send_frame("INF", "", json(Dict("julia_version" => string(VERSION), "pid" => getpid(),
                                     "threads" => Threads.nthreads())))
     EVAL_TASK[] = @async eval_loop()   # after the handshake: its warm-up must not delay it
+    @async query_loop()
     listener = @async listen_loop()
     guarded("main") do
         wait(listener)

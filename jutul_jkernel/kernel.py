@@ -23,6 +23,7 @@ import logging
 import os
 import signal
 import sys
+from collections import deque
 from collections.abc import Coroutine
 from typing import Any
 
@@ -52,6 +53,10 @@ _INPUT_POLL = 0.02
 # Julia's writes block rather than this process's memory grow.
 _IOPUB_SYNC_BYTES = 1024 * 1024
 _IOPUB_SYNC_TIMEOUT = 10.0
+# Cells kept for history_request: what jupyter console asks for (tail, n=1000). Unbounded, a
+# long-running kernel's memory would grow with every cell.
+_HISTORY_LIMIT = 1000
+_HISTORY_OUTPUT_CHARS = 4096
 
 _UNSUPPORTED_CONTROL = (
     "debug_request",
@@ -83,7 +88,7 @@ class JuliaKernel(Kernel):
         self._unsynced_bytes = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._julia_start: asyncio.Task[None] | None = None
-        self._history: list[tuple[int, int, str, str | None]] = []  # session, n, input, output
+        self._history: deque[tuple[int, int, str, str | None]] = deque(maxlen=_HISTORY_LIMIT)
         self._last_parent: dict[str, Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         for msg_type in _UNSUPPORTED_CONTROL:
@@ -299,7 +304,8 @@ class JuliaKernel(Kernel):
         if result.notice and not silent:
             self._publish_stream("stderr", f"[jutul-jkernel] {result.notice}\n", parent)
         if store_history:
-            self._history.append((1, count, code, result.text if result.status == "ok" else None))
+            shown = result.text[:_HISTORY_OUTPUT_CHARS] if result.status == "ok" else None
+            self._history.append((1, count, code, shown))
 
         if result.status != "ok":
             err = result.error
@@ -371,7 +377,7 @@ class JuliaKernel(Kernel):
         """`?name` shows the docstring in the pager, as the REPL's help mode does."""
         try:
             doc = await self.supervisor.inspect(name, len(name))
-        except (JuliaDiedError, JuliaStartupError) as exc:
+        except (JuliaDiedError, JuliaStartupError, TimeoutError) as exc:
             return self._error_reply(
                 type(exc).__name__,
                 str(exc),
@@ -469,7 +475,7 @@ class JuliaKernel(Kernel):
         cursor = len(code) if cursor_pos is None else cursor_pos
         try:
             c = await self.supervisor.complete(code, cursor)
-        except (JuliaDiedError, JuliaStartupError) as exc:
+        except (JuliaDiedError, JuliaStartupError, TimeoutError) as exc:
             return {
                 "status": "error",
                 "ename": type(exc).__name__,
@@ -494,7 +500,7 @@ class JuliaKernel(Kernel):
         """Handle an inspect request with the docstring `?name` would show."""
         try:
             doc = await self.supervisor.inspect(code, cursor_pos)
-        except (JuliaDiedError, JuliaStartupError) as exc:
+        except (JuliaDiedError, JuliaStartupError, TimeoutError) as exc:
             return {
                 "status": "error",
                 "ename": type(exc).__name__,
@@ -513,7 +519,7 @@ class JuliaKernel(Kernel):
         """Handle an is_complete request by parsing the code in Julia."""
         try:
             answer = await self.supervisor.is_complete(code)
-        except (JuliaDiedError, JuliaStartupError):
+        except (JuliaDiedError, JuliaStartupError, TimeoutError):
             return {"status": "unknown"}
         reply = {"status": answer.get("status", "unknown")}
         if reply["status"] == "incomplete":
@@ -534,9 +540,9 @@ class JuliaKernel(Kernel):
         **kwargs: Any,
     ) -> dict[str, Any]:
         """Handle a history request over this session's cells: tail, range or search."""
-        entries = self._history
+        entries = list(self._history)
         if hist_access_type == "tail":
-            selected = entries[-n:] if n else list(entries)
+            selected = entries[-n:] if n else entries
         elif hist_access_type == "range":
             lo = start or 0
             hi = stop if stop is not None else sys.maxsize

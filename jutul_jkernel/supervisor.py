@@ -48,6 +48,8 @@ _IS_WINDOWS = sys.platform == "win32"
 
 # A cold Julia needs ~1 s to connect; a big --sysimage or a slow disk much more.
 _STARTUP_TIMEOUT = 60.0
+# Julia writes RDY the moment it connects; a connection silent this long is not Julia.
+_FIRST_FRAME_WAIT = 5.0
 
 # Interrupt escalation. An INT frame stops every cell that yields (sleep, I/O, printing) and is
 # acknowledged at once; a cell that computes never lets the server read it, so after this long
@@ -69,6 +71,9 @@ _REAP_WAIT = 2.0
 _STDERR_TAIL_BYTES = 2048
 _LOG_TAIL_BYTES = 2048
 _READ_CHUNK_BYTES = 256 * 1024
+# Completion, inspection and is_complete answer in milliseconds once compiled; a query waits
+# this long when a computing cell keeps Julia from answering.
+_QUERY_TIMEOUT = 30.0
 
 _SIGNAL_NOTES = {
     "SIGKILL": "usually the system out-of-memory killer, or someone ran kill -9",
@@ -513,35 +518,44 @@ class JuliaSupervisor:
         """Accept connections until one opens with RDY and our token."""
         loop = asyncio.get_running_loop()
         exited = asyncio.ensure_future(j.proc.wait())
+        pending: asyncio.Future[tuple[socket.socket, Any]] | None = None
         try:
             while True:
-                accepted = asyncio.ensure_future(loop.sock_accept(listener))
-                await asyncio.wait({accepted, exited}, return_when=asyncio.FIRST_COMPLETED)
-                if not accepted.done():
-                    accepted.cancel()
+                pending = asyncio.ensure_future(loop.sock_accept(listener))
+                await asyncio.wait({pending, exited}, return_when=asyncio.FIRST_COMPLETED)
+                if not pending.done():
                     msg = (
                         f"Julia ({self.julia}) {describe_exit(j.proc.returncode)} before "
                         f"connecting. Its log is {j.log_path}:\n{self._post_mortem(j)}"
                     )
                     raise JuliaStartupError(msg)
-                conn, peer = accepted.result()
+                conn, peer = pending.result()
+                pending = None
                 decoder = Decoder()
+                keep = False
                 try:
-                    first, rest = await self._first_frame(conn, decoder)
-                except (ProtocolError, ConnectionError) as exc:
-                    log.warning("refused a connection from %s: %s", peer, exc)
-                    conn.close()
-                    continue
-                if first.kind is FrameKind.RDY and secrets.compare_digest(first.args[0], token):
-                    return conn, decoder, rest
-                log.warning(
-                    "refused a connection from %s: its first frame was not RDY with "
-                    "the right token",
-                    peer,
-                )
-                conn.close()
+                    # Julia sends RDY as soon as it connects; a silent peer must not hold the
+                    # only door open while the real Julia waits behind it.
+                    first, rest = await asyncio.wait_for(
+                        self._first_frame(conn, decoder), _FIRST_FRAME_WAIT
+                    )
+                    if first.kind is FrameKind.RDY and secrets.compare_digest(first.args[0], token):
+                        keep = True
+                        return conn, decoder, rest
+                    log.warning(
+                        "refused a connection from %s: its first frame was not RDY with the "
+                        "right token",
+                        peer,
+                    )
+                except (ProtocolError, ConnectionError, TimeoutError, asyncio.TimeoutError) as exc:
+                    log.warning("refused a connection from %s: %r", peer, exc)
+                finally:
+                    if not keep:
+                        conn.close()
         finally:
             exited.cancel()
+            if pending is not None and not pending.cancel() and pending.exception() is None:
+                pending.result()[0].close()  # accepted just as we were cancelled: unused
 
     @staticmethod
     async def _first_frame(conn: socket.socket, decoder: Decoder) -> tuple[Frame, list[Frame]]:
@@ -587,6 +601,9 @@ class JuliaSupervisor:
             reason = f"dropped its connection ({exc})"
         except asyncio.CancelledError:
             return
+        except Exception as exc:  # a frame we could not handle: same as malformed, never a hang
+            reason = f"sent a frame the supervisor could not handle ({exc!r})"
+            log.exception("handling a frame from Julia failed")
         await self._on_death(j, reason)
 
     def _dispatch(self, j: _Julia, frame: Frame) -> None:
@@ -618,20 +635,32 @@ class JuliaSupervisor:
             return
         if kind is FrameKind.DSP:
             msg = _json(frame)
-            update = msg.pop("update", False)
-            msg["type"] = "update_display_data" if update else "display_data"
-            self._display(ex, msg)
+            shown: dict[str, Any] = {
+                "type": "update_display_data" if msg.get("update") else "display_data",
+                "data": _bundle_of(frame, msg.get("data")),
+                "metadata": _object_of(frame, msg.get("metadata", {}), "metadata"),
+            }
+            if "transient" in msg:
+                transient = _object_of(frame, msg["transient"], "transient")
+                if not isinstance(transient.get("display_id", ""), str):
+                    raise ProtocolError(f"DSP frame with a non-string display_id: {msg!r:.80}")
+                shown["transient"] = transient
+            self._display(ex, shown)
         elif kind is FrameKind.CLR:
             self._display(ex, {"type": "clear_output", "wait": args[1] == "1"})
         elif kind is FrameKind.VAL:
-            ex.data = _json(frame).get("data")
+            ex.data = _bundle_of(frame, _json(frame).get("data"))
         elif kind is FrameKind.ERR:
             err = _json(frame)
-            ex.error = ErrorInfo(
-                str(err.get("ename", "Error")),
-                str(err.get("evalue", "")),
-                [str(line) for line in err.get("traceback", [])],
-            )
+            ename, evalue, traceback = (err.get(k) for k in ("ename", "evalue", "traceback"))
+            if not (
+                isinstance(ename, str)
+                and isinstance(evalue, str)
+                and isinstance(traceback, list)
+                and all(isinstance(line, str) for line in traceback)
+            ):
+                raise ProtocolError(f"ERR frame of the wrong shape: {frame.payload[:80]!r}")
+            ex.error = ErrorInfo(ename, evalue, traceback)
         elif kind is FrameKind.INP:
             task = asyncio.create_task(self._answer_input(j, ex, frame))
             ex.input_tasks.add(task)
@@ -644,7 +673,7 @@ class JuliaSupervisor:
         if ex.on_display is not None:
             ex.on_display(msg)
         elif ex.on_output is not None and msg["type"] != "clear_output":
-            text = msg.get("data", {}).get("text/plain", "")
+            text = msg["data"].get("text/plain", "")
             ex.on_output("stdout", (text + "\n").encode())
 
     def _resolve(self, ex: _Execution, status: str, text: str) -> None:
@@ -693,7 +722,14 @@ class JuliaSupervisor:
             await self._send(
                 j, encode(FrameKind.QRY, qid, op, max(0, cursor), payload=code.encode())
             )
-            result: dict[str, Any] = await waiter
+            try:
+                result: dict[str, Any] = await asyncio.wait_for(waiter, _QUERY_TIMEOUT)
+            except (TimeoutError, asyncio.TimeoutError):
+                msg = (
+                    f"Julia did not answer a {op} query within {_QUERY_TIMEOUT:g} s "
+                    "(a running cell that computes without yielding keeps it busy)"
+                )
+                raise TimeoutError(msg) from None
             return result
         finally:
             self._waiters.pop(qid, None)
@@ -927,6 +963,22 @@ async def _finished(ex: _Execution, timeout: float) -> bool:
     with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
         await asyncio.wait_for(asyncio.shield(ex.future), timeout)
     return ex.future.done()
+
+
+def _object_of(frame: Frame, value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        msg = f"{frame.kind.name} frame whose {what} is not a JSON object: {frame.payload[:80]!r}"
+        raise ProtocolError(msg)
+    return value
+
+
+def _bundle_of(frame: Frame, value: object) -> dict[str, str]:
+    """A MIME bundle as the server sends it: MIME type -> text (base64 for binary types)."""
+    bundle = _object_of(frame, value, "data")
+    if not all(isinstance(v, str) for v in bundle.values()):
+        msg = f"{frame.kind.name} frame with a non-text MIME value: {frame.payload[:80]!r}"
+        raise ProtocolError(msg)
+    return bundle
 
 
 def _json(frame: Frame) -> dict[str, Any]:

@@ -1,0 +1,219 @@
+"""Distributed.jl through Jupyter: workers start, print into the cell, stop on interrupt, die
+with their kernel.
+
+Workers run detached (their own session), so once their master Julia is gone they are no
+longer descendants of this test: their pids are recorded while they run and checked with psutil,
+and any survivor is killed in teardown.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager
+
+from .conftest import SHARED_KERNEL_PIDS
+from .test_kernel_client import (
+    START_TIMEOUT,
+    collect,
+    drain,
+    execute,
+    result_of,
+    start_kernel,
+    stop_kernel,
+    text_of,
+)
+
+pytestmark = pytest.mark.e2e
+
+ADDPROCS_TIMEOUT = 60.0  # addprocs(2) takes ~2 s here; a loaded machine may need much more
+CELL_TIMEOUT = 30.0
+INTERRUPT_REPLY_WITHIN = 5.0
+WORKERS_GONE_WITHIN = 10.0
+ADD_WORKERS = "using Distributed; addprocs(2); nworkers()"
+WORKER_PIDS = "[remotecall_fetch(getpid, w) for w in workers()]"
+
+
+def _worker_processes(kc: BlockingKernelClient) -> list[psutil.Process]:
+    """The running workers, as psutil handles (which survive pid reuse checks)."""
+    reply, outputs = execute(kc, WORKER_PIDS, CELL_TIMEOUT)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    text = result_of(outputs) or ""
+    pids = [int(n) for n in re.findall(r"^\s*(\d+)\s*$", text, re.MULTILINE)]
+    assert len(pids) == 2, text
+    procs = [psutil.Process(pid) for pid in pids]
+    for p in procs:
+        assert "--worker" in p.cmdline(), p.cmdline()
+    return procs
+
+
+def _kill_survivors(procs: list[psutil.Process]) -> list[int]:
+    survivors = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                survivors.append(p.pid)
+                p.kill()
+        except psutil.NoSuchProcess:
+            continue
+    return survivors
+
+
+def _add_workers(kc: BlockingKernelClient) -> list[psutil.Process]:
+    reply, outputs = execute(kc, ADD_WORKERS, ADDPROCS_TIMEOUT)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    assert result_of(outputs) == "2"
+    return _worker_processes(kc)
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    kernel_env: dict[str, str],
+) -> Iterator[tuple[KernelManager, BlockingKernelClient, list[psutil.Process]]]:
+    """One kernel whose Julia has two workers, for the tests that keep it running."""
+    km, kc = start_kernel()
+    pid = km.provisioner.pid if km.provisioner else None
+    assert pid is not None
+    SHARED_KERNEL_PIDS.add(pid)
+    workers: list[psutil.Process] = []
+    try:
+        workers = _add_workers(kc)
+        yield km, kc, workers
+    finally:
+        stop_kernel(km, kc)
+        SHARED_KERNEL_PIDS.discard(pid)
+        _, alive = psutil.wait_procs(workers, timeout=WORKERS_GONE_WITHIN)
+        _kill_survivors(alive)
+
+
+def test_addprocs_gives_two_workers(
+    cluster: tuple[KernelManager, BlockingKernelClient, list[psutil.Process]],
+) -> None:
+    """addprocs(2) from a cell works; the workers are Julia processes that answer."""
+    _, kc, workers = cluster
+    assert all(p.is_running() for p in workers)
+    _, outputs = execute(kc, "sort([remotecall_fetch(myid, w) for w in workers()])")
+    assert (result_of(outputs) or "").split()[-2:] == ["2", "3"]
+
+
+def test_worker_output_reaches_the_running_cell(
+    cluster: tuple[KernelManager, BlockingKernelClient, list[psutil.Process]],
+) -> None:
+    """println on every process (and in a remotecall) shows up in that cell's stdout."""
+    _, kc, _ = cluster
+    drain(kc)
+    reply, outputs = execute(kc, '@everywhere println("hello from ", myid())', CELL_TIMEOUT)
+    assert reply["content"]["status"] == "ok"
+    out = text_of(outputs)
+    assert "hello from 1\n" in out
+    assert "From worker 2:\thello from 2" in out
+    assert "From worker 3:\thello from 3" in out
+    reply, outputs = execute(
+        kc, 'remotecall_fetch(() -> (println("remote hi"); myid()), 2)', CELL_TIMEOUT
+    )
+    assert "From worker 2:\tremote hi" in text_of(outputs)
+    assert result_of(outputs) == "2"
+
+
+def test_interrupting_pmap_stops_it_and_keeps_the_cluster(
+    cluster: tuple[KernelManager, BlockingKernelClient, list[psutil.Process]],
+) -> None:
+    """interrupt_request during pmap replies InterruptException within 5 s; pmap hands out no
+    more work; the session, its variables and both workers survive."""
+    km, kc, workers = cluster
+    drain(kc)
+    execute(kc, "keep = 42; @everywhere done_items = Ref(0)")
+    msg_id = kc.execute("pmap(x -> (sleep(0.3); Main.done_items[] += 1; x), 1:200)")
+    time.sleep(2.0)
+    t0 = time.perf_counter()
+    km.interrupt_kernel()
+    reply, outputs = collect(kc, msg_id, CELL_TIMEOUT)
+    latency = time.perf_counter() - t0
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == "InterruptException", reply["content"]
+    assert latency < INTERRUPT_REPLY_WITHIN, f"{latency:.1f} s to stop pmap"
+    count = "sum(remotecall_fetch(() -> Main.done_items[], w) for w in workers())"
+    before = int(result_of(execute(kc, count)[1]) or "-1")
+    assert 0 < before < 200
+    time.sleep(2.0)  # two workers at 0.3 s per item would do ~13 more items if pmap went on
+    after = int(result_of(execute(kc, count)[1]) or "-1")
+    assert after - before <= 2, f"pmap kept going after the interrupt: {before} -> {after}"
+    _, outputs = execute(kc, "(nworkers(), remotecall_fetch(myid, 2), keep)")
+    assert result_of(outputs) == "(2, 2, 42)"
+    assert all(p.is_running() for p in workers)
+    print(f"\n[distributed] pmap interrupted in {latency * 1000:.0f} ms, {before} items done")
+
+
+def test_interrupting_a_computing_pmap(
+    cluster: tuple[KernelManager, BlockingKernelClient, list[psutil.Process]],
+) -> None:
+    """A pmap whose workers compute (no sleep) stops just as fast; the cluster still answers."""
+    km, kc, _ = cluster
+    drain(kc)
+    execute(kc, "keep = 42")
+    code = "pmap(x -> (s = 0.0; for i in 1:10^8; s += sin(i); end; s), 1:200)"
+    msg_id = kc.execute(code)
+    time.sleep(2.0)
+    t0 = time.perf_counter()
+    km.interrupt_kernel()
+    reply, _ = collect(kc, msg_id, CELL_TIMEOUT)
+    latency = time.perf_counter() - t0
+    assert reply["content"]["ename"] == "InterruptException", reply["content"]
+    assert latency < INTERRUPT_REPLY_WITHIN, f"{latency:.1f} s to stop pmap"
+    # Each worker may finish the item it holds (~1 s of compute) before answering.
+    _, outputs = execute(kc, "(nworkers(), remotecall_fetch(myid, 3), keep)", CELL_TIMEOUT)
+    assert result_of(outputs) == "(2, 3, 42)"
+
+
+# ---- workers die with their kernel ----
+
+
+def _own_cluster(
+    kernel_env: dict[str, str],
+) -> tuple[KernelManager, BlockingKernelClient, list[psutil.Process]]:
+    km, kc = start_kernel()
+    try:
+        return km, kc, _add_workers(kc)
+    except BaseException:
+        stop_kernel(km, kc)
+        raise
+
+
+def test_shutdown_request_leaves_no_worker(kernel_env: dict[str, str]) -> None:
+    """After a shutdown_request the kernel, its Julia and both workers are gone within 10 s."""
+    km, kc, workers = _own_cluster(kernel_env)
+    try:
+        kc.shutdown()
+        reply = kc.get_control_msg(timeout=CELL_TIMEOUT)
+        assert reply["msg_type"] == "shutdown_reply"
+        t0 = time.perf_counter()
+        _, alive = psutil.wait_procs(workers, timeout=WORKERS_GONE_WITHIN)
+        assert not alive, f"workers alive after shutdown: {[p.pid for p in alive]}"
+        print(f"\n[distributed] workers gone {time.perf_counter() - t0:.2f} s after shutdown")
+    finally:
+        stop_kernel(km, kc)
+        survivors = _kill_survivors(workers)
+    assert not survivors
+
+
+def test_restart_kernel_leaves_no_worker(kernel_env: dict[str, str]) -> None:
+    """KernelManager.restart_kernel: the old workers are gone within 10 s; the new kernel runs."""
+    km, kc, workers = _own_cluster(kernel_env)
+    try:
+        km.restart_kernel()
+        t0 = time.perf_counter()
+        _, alive = psutil.wait_procs(workers, timeout=WORKERS_GONE_WITHIN)
+        assert not alive, f"workers alive after restart: {[p.pid for p in alive]}"
+        print(f"\n[distributed] workers gone {time.perf_counter() - t0:.2f} s after restart")
+        kc.wait_for_ready(timeout=START_TIMEOUT)
+        drain(kc)
+        assert result_of(execute(kc, "isdefined(Main, :Distributed)")[1]) == "false"
+    finally:
+        stop_kernel(km, kc)
+        survivors = _kill_survivors(workers)
+    assert not survivors
