@@ -68,6 +68,7 @@ const FLUSH_INTERVAL = 0.05           # seconds between flushes while a cell run
 # is switched on only while a cell prints heavily (bytes forwarded per FLUSH_INTERVAL).
 const BUFFER_ON_BYTES = 16 * 1024
 const BUFFER_OFF_BYTES = 2 * 1024
+const BUFFER_OFF_TICKS = 4          # quiet intervals in a row before buffering goes off
 const DRAIN_TIMEOUT = 5.0             # seconds to wait for a pump to pass its marker
 const MAX_HEADER = 256
 const MAX_PAYLOAD = 256 * 1024 * 1024
@@ -95,6 +96,7 @@ const DRAINED = Condition()
 const DRAIN_DEADLINE = Ref(Inf)      # when the running drain gives up (see flusher_loop)
 const FORWARDED = Ref(0)               # output bytes forwarded, for the buffering switch
 const BUFFERED = Ref(false)
+const QUIET_TICKS = Ref(0)
 
 # ---- small helpers ----
 
@@ -464,13 +466,18 @@ function flusher_loop()
             if !BUFFERED[] && rate >= BUFFER_ON_BYTES
                 set_buffering!(true)
             elseif BUFFERED[] && rate < BUFFER_OFF_BYTES
-                set_buffering!(false)
+                # a pump stalled on a slow reader looks quiet too: wait for a steady lull
+                QUIET_TICKS[] += 1
+                QUIET_TICKS[] >= BUFFER_OFF_TICKS && set_buffering!(false)
+            else
+                QUIET_TICKS[] = 0
             end
         end
     end
 end
 
 function set_buffering!(on::Bool)
+    QUIET_TICKS[] = 0
     BUFFERED[] == on && return
     BUFFERED[] = on
     # `sendbuf` is a Base internal: if a Julia version changes it, lose the speed-up, not cells.

@@ -2,4 +2,6 @@ from ipykernel.kernelapp import IPKernelApp
 
 from .kernel import JuliaKernel
 
-IPKernelApp.launch_instance(kernel_class=JuliaKernel)
+# No OutStream: this process prints nothing a user should see (Julia's output travels over the
+# supervisor's socket), and flushing OutStreams costs two IOPub-thread round trips per cell.
+IPKernelApp.launch_instance(kernel_class=JuliaKernel, outstream_class=None)

@@ -28,6 +28,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 import zmq
+from ipykernel._version import kernel_protocol_version
 from ipykernel.kernelbase import Kernel
 from jupyter_client.session import Session
 from traitlets import Any as AnyTrait
@@ -76,6 +77,9 @@ class JuliaKernel(Kernel):
         {"text": "Julia documentation", "url": "https://docs.julialang.org/"},
         {"text": "Julia discourse", "url": "https://discourse.julialang.org/"},
     ]
+    # ipykernel sleeps this long before every execute_reply, against a flush race of its
+    # OutStreams; this kernel publishes everything itself before it replies.
+    _execute_sleep = 0.0
     # IPKernelApp passes these to every kernel; declared so traitlets accepts them.
     user_ns = DictTrait(allow_none=True)
     debugpy_stream = AnyTrait(allow_none=True)
@@ -204,15 +208,18 @@ class JuliaKernel(Kernel):
 
     @property
     def kernel_info(self) -> dict[str, Any]:
-        info: dict[str, Any] = super().kernel_info
-        # Neither kernel subshells nor the debugger is implemented: advertising them makes
-        # clients send requests that could never be answered properly.
-        info["supported_features"] = [
-            f
-            for f in info.get("supported_features", [])
-            if f not in ("kernel subshells", "debugger")
-        ]
-        return info
+        # Built here rather than by ipykernel, whose version imports its debugger (50-140 ms at
+        # start-up) to list features this kernel would then have to remove: neither kernel
+        # subshells nor the debugger is implemented, so none is advertised.
+        return {
+            "protocol_version": kernel_protocol_version,
+            "implementation": self.implementation,
+            "implementation_version": self.implementation_version,
+            "language_info": self.language_info,
+            "banner": self.banner,
+            "help_links": self.help_links,
+            "supported_features": [],
+        }
 
     async def kernel_info_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
         """Answer once Julia has reported its version (or could not start)."""

@@ -52,9 +52,10 @@ _STARTUP_TIMEOUT = 60.0
 _FIRST_FRAME_WAIT = 5.0
 
 # Interrupt escalation. An INT frame stops every cell that yields (sleep, I/O, printing) and is
-# acknowledged at once; a cell that computes never lets the server read it, so after this long
-# without an ACK we send SIGINT, which lands at the next safepoint (~2 ms for allocating code).
-_INT_ACK_WAIT = 0.05
+# acknowledged at once (~1 ms); a cell that computes never lets the server read it, so after
+# this long without an ACK we send SIGINT, which lands at the next safepoint (~2 ms for
+# allocating code). A SIGINT sent to a cell that was about to ACK is harmless.
+_INT_ACK_WAIT = 0.02
 # A SIGINT stops an allocating loop or a blocking ccall within milliseconds; past this the code
 # has no safepoint (a float spin) and we send a burst, which makes Julia force the throw.
 _SIGINT_WAIT = 2.0
@@ -64,7 +65,7 @@ _BURST_GAP = 0.05
 _BURST_WAIT = 3.0
 # Shutdown: after EOF on its socket the server exits by itself; a cell that never yields does not
 # see the EOF, so SIGTERM then SIGKILL follow. Together well inside jupyter_client's 2.5 s.
-_EXIT_AFTER_EOF_WAIT = 1.0
+_EXIT_AFTER_EOF_WAIT = 0.5  # an idle server exits in ~10 ms; one compiling takes longer
 _EXIT_AFTER_TERM_WAIT = 0.5
 _REAP_WAIT = 2.0
 # How much of Julia's stderr a death report quotes.
