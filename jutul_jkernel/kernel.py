@@ -483,12 +483,7 @@ class JuliaKernel(Kernel):
         try:
             c = await self.supervisor.complete(code, cursor)
         except (JuliaDiedError, JuliaStartupError, TimeoutError) as exc:
-            return {
-                "status": "error",
-                "ename": type(exc).__name__,
-                "evalue": str(exc),
-                "traceback": [],
-            }
+            return _query_failed(exc)
         return {
             "status": "ok",
             "matches": c.get("matches", []),
@@ -508,12 +503,7 @@ class JuliaKernel(Kernel):
         try:
             doc = await self.supervisor.inspect(code, cursor_pos)
         except (JuliaDiedError, JuliaStartupError, TimeoutError) as exc:
-            return {
-                "status": "error",
-                "ename": type(exc).__name__,
-                "evalue": str(exc),
-                "traceback": [],
-            }
+            return _query_failed(exc)
         found = bool(doc.get("found"))
         return {
             "status": "ok",
@@ -577,6 +567,11 @@ class JuliaKernel(Kernel):
             }
         history = [(s, line, (code, out) if output else code) for s, line, code, out in selected]
         return {"status": "ok", "history": history}
+
+
+def _query_failed(exc: Exception) -> dict[str, Any]:
+    """The error reply of a completion or inspection that Julia could not answer."""
+    return {"status": "error", "ename": type(exc).__name__, "evalue": str(exc), "traceback": []}
 
 
 def _bundle(result: ExecutionResult, log: logging.Logger | Any) -> dict[str, Any]:

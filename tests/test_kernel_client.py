@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -48,9 +49,9 @@ def stop_kernel(km: KernelManager, kc: BlockingKernelClient) -> None:
     km.context.destroy(linger=0)
 
 
-@pytest.fixture(scope="module")
-def shared(kernel_env: dict[str, str]) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
-    """One kernel for the tests that do not end it."""
+@contextlib.contextmanager
+def shared_kernel() -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+    """A kernel that outlives single tests: the leftover guard ignores its Julia meanwhile."""
     km, kc = start_kernel()
     pid = km.provisioner.pid if km.provisioner else None
     assert pid is not None
@@ -60,6 +61,13 @@ def shared(kernel_env: dict[str, str]) -> Iterator[tuple[KernelManager, Blocking
     finally:
         stop_kernel(km, kc)
         SHARED_KERNEL_PIDS.discard(pid)
+
+
+@pytest.fixture(scope="module")
+def shared(kernel_env: dict[str, str]) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+    """One kernel for the tests that do not end it."""
+    with shared_kernel() as kernel:
+        yield kernel
 
 
 @pytest.fixture

@@ -19,14 +19,12 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from .conftest import SHARED_KERNEL_PIDS
 from .test_kernel_client import (
     collect,
     drain,
     execute,
     result_of,
-    start_kernel,
-    stop_kernel,
+    shared_kernel,
     text_of,
 )
 
@@ -40,15 +38,9 @@ STORM_REPLY_TIMEOUT = 20.0
 
 @pytest.fixture(scope="module")
 def kernel(kernel_env: dict[str, str]) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
-    km, kc = start_kernel()
-    pid = km.provisioner.pid if km.provisioner else None
-    assert pid is not None
-    SHARED_KERNEL_PIDS.add(pid)
-    try:
-        yield km, kc
-    finally:
-        stop_kernel(km, kc)
-        SHARED_KERNEL_PIDS.discard(pid)
+    """One kernel for the whole module (the storm, the soak and the volume share it)."""
+    with shared_kernel() as shared:
+        yield shared
 
 
 def kernel_rss(km: KernelManager) -> int:
@@ -216,6 +208,7 @@ def test_one_gigabyte_streams_with_bounded_memory(
     assert growth < 320 * 2**20
 
 
+@pytest.mark.timeout(300)  # its two big cells are bounded at 120 s each
 def test_long_line_many_tiny_prints_and_odd_bytes(
     kernel: tuple[KernelManager, BlockingKernelClient],
 ) -> None:
