@@ -33,17 +33,21 @@
 #                                  cursor counts Unicode code points, as Jupyter does
 #   SYN <seq> 0                    answered with ACK <seq>
 #
-# Output: fd 1 and fd 2 are redirected into in-process pipes; a pump task per stream forwards
-# what arrives as OUT frames. At the end of an evaluation the server flushes Julia's and C's
-# buffers and writes a marker into each pipe; RES is sent only once both pumps have passed their
-# marker, so all of an evaluation's output is on the wire before its result.
+# Output: fd 1 is redirected into an in-process pipe. fd 2 is a pipe the supervisor made and
+# also holds the read end of (JUTUL_JKERNEL_STDERR_FD names the server's copy), so what Julia
+# writes while dying can still be read; without that variable fd 2 is redirected in-process
+# too. A pump task per stream forwards what arrives as OUT frames. At the end of an evaluation
+# the server flushes Julia's and C's buffers and writes a marker into each pipe; RES is sent
+# only once both pumps have passed their marker, so all of an evaluation's output is on the
+# wire before its result.
 #
 # Interrupts: SIGINT is thrown into whichever task runs on thread 1, which is often not the
 # evaluating one. Every long-lived task here catches InterruptException and forwards it to the
 # evaluation with `schedule(task, InterruptException(); error=true)`; an interrupt that lands in
 # a finished task reaches the same forwarding through Base.active_repl_backend (see
 # install_interrupt_sink!). INT frames use the same path and need no signal. Frame writes run
-# with SIGINT deferred so an interrupt cannot tear a frame.
+# with SIGINT deferred so an interrupt cannot tear a frame. The server starts no short-lived
+# tasks: on Julia 1.5 a SIGINT landing in a finished task while others are queued is fatal.
 #
 # The server exits when its socket closes, and on Linux when its parent dies.
 
@@ -1011,14 +1015,6 @@ function warm_up_steps()
         () -> answer_query("complete", "prin", 4),
         () -> answer_query("inspect", "sum", 3),
     ]
-end
-
-function report_of(f)
-    try
-        f()
-    catch e
-        error_report(e, catch_backtrace())
-    end
 end
 
 function eval_loop()
