@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import psutil
 import pytest
+import zmq
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager
 
 from jutul_jkernel.supervisor import JuliaSupervisor
 
@@ -67,11 +72,9 @@ def no_julia_left_behind() -> Iterator[None]:
 KERNEL_NAME = "julia-supervised-client-test"
 
 
-@pytest.fixture(scope="module")
-def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """Install the kernelspec into a private prefix and point JUPYTER_PATH at it."""
-    prefix = tmp_path_factory.mktemp("prefix")
-    subprocess.run(
+def install_spec(prefix: Path, name: str, *args: str) -> None:
+    """Install the kernelspec as ``name`` under ``prefix`` (never the user's own dirs)."""
+    done = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -79,12 +82,22 @@ def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
             "--prefix",
             str(prefix),
             "--name",
-            KERNEL_NAME,
+            name,
+            *args,
         ],
-        check=True,
-        timeout=120,
         capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
+    assert done.returncode == 0, f"kernelspec install failed:\n{done.stdout}{done.stderr}"
+
+
+@pytest.fixture(scope="module")
+def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Install the kernelspec into a private prefix and point JUPYTER_PATH at it."""
+    prefix = tmp_path_factory.mktemp("prefix")
+    install_spec(prefix, KERNEL_NAME)
     old = os.environ.get("JUPYTER_PATH")
     os.environ["JUPYTER_PATH"] = str(prefix / "share" / "jupyter")
     try:
@@ -94,6 +107,61 @@ def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
             os.environ.pop("JUPYTER_PATH", None)
         else:
             os.environ["JUPYTER_PATH"] = old
+
+
+# ---- kernels started through jupyter_client ----
+
+START_TIMEOUT = 60.0
+
+
+def start_kernel() -> tuple[KernelManager, BlockingKernelClient]:
+    km = KernelManager(kernel_name=KERNEL_NAME)
+    km.start_kernel()
+    # ZMQ drops IOPub messages for a subscriber 1000 messages behind (its default high-water
+    # mark, which ipykernel and jupyter_client keep); a busy test process can fall that far
+    # behind a 100 MB line. The tests read like a fast frontend: no receive limit.
+    km.context.setsockopt(zmq.RCVHWM, 0)
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=START_TIMEOUT)
+    except RuntimeError:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+        raise
+    return km, kc
+
+
+def stop_kernel(km: KernelManager, kc: BlockingKernelClient) -> None:
+    kc.stop_channels()
+    if km.is_alive():
+        km.shutdown_kernel()
+    km.cleanup_resources()
+    km.context.destroy(linger=0)
+
+
+@contextlib.contextmanager
+def shared_kernel() -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+    """A kernel that outlives single tests: the leftover guard ignores its Julia meanwhile."""
+    km, kc = start_kernel()
+    pid = km.provisioner.pid if km.provisioner else None
+    assert pid is not None
+    SHARED_KERNEL_PIDS.add(pid)
+    try:
+        yield km, kc
+    finally:
+        stop_kernel(km, kc)
+        SHARED_KERNEL_PIDS.discard(pid)
+
+
+@pytest.fixture
+def own_kernel(kernel_env: dict[str, str]) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+    """A kernel of the test's own, for tests that end or break it."""
+    km, kc = start_kernel()
+    try:
+        yield km, kc
+    finally:
+        stop_kernel(km, kc)
 
 
 @pytest.fixture
@@ -139,14 +207,7 @@ def e2e_jupyter_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[s
     environment is patched for the module and also returned, for subprocesses.
     """
     root = tmp_path_factory.mktemp("jupyter")
-    done = subprocess.run(
-        [sys.executable, "-m", "jutul_jkernel.install", "--prefix", str(root / "prefix")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, f"kernelspec install failed:\n{done.stdout}{done.stderr}"
+    install_spec(root / "prefix", E2E_KERNEL_NAME)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("JUPYTER_PATH", str(root / "prefix" / "share" / "jupyter"))
         for var, sub in (

@@ -17,17 +17,8 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from .conftest import SHARED_KERNEL_PIDS
-from .test_kernel_client import (
-    START_TIMEOUT,
-    collect,
-    drain,
-    execute,
-    result_of,
-    start_kernel,
-    stop_kernel,
-    text_of,
-)
+from .conftest import SHARED_KERNEL_PIDS, START_TIMEOUT, start_kernel, stop_kernel
+from .test_kernel_client import collect, drain, execute, result_of, text_of
 
 pytestmark = pytest.mark.e2e
 

@@ -8,19 +8,17 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from .conftest import julia_descendants
+from .conftest import install_spec, julia_descendants
 from .test_kernel_client import (
     collect,
     execute,
     result_of,
-    start_kernel,
     stop_kernel,
     text_of,
 )
@@ -39,33 +37,6 @@ def julia_of(km: KernelManager) -> int:
                 return int(p.pid)
         time.sleep(0.05)
     raise AssertionError("the kernel runs no Julia")
-
-
-def install_spec(prefix: Path, name: str, *args: str) -> None:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "jutul_jkernel.install",
-            "--prefix",
-            str(prefix),
-            "--name",
-            name,
-            *args,
-        ],
-        check=True,
-        timeout=120,
-        capture_output=True,
-    )
-
-
-@pytest.fixture
-def kernel(kernel_env: dict[str, str]) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
-    km, kc = start_kernel()
-    try:
-        yield km, kc
-    finally:
-        stop_kernel(km, kc)
 
 
 @pytest.fixture
@@ -95,10 +66,10 @@ def start_named(name: str) -> tuple[KernelManager, BlockingKernelClient]:
     ],
 )
 def test_julia_fault_fails_the_cell_and_the_kernel_recovers(
-    kernel: tuple[KernelManager, BlockingKernelClient], fault: str, code: str, expected: str
+    own_kernel: tuple[KernelManager, BlockingKernelClient], fault: str, code: str, expected: str
 ) -> None:
     """The cell's error names what happened; the kernel stays up; the next cell runs fresh."""
-    km, kc = kernel
+    km, kc = own_kernel
     execute(kc, "keep = 1")
     old = julia_of(km)
     msg_id = kc.execute(code)

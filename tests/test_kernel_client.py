@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import signal
@@ -16,51 +15,20 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from .conftest import KERNEL_NAME, SHARED_KERNEL_PIDS, julia_descendants
+from .conftest import (
+    KERNEL_NAME,
+    START_TIMEOUT,
+    julia_descendants,
+    shared_kernel,
+    stop_kernel,
+)
 
 pytestmark = pytest.mark.e2e
 
 
-START_TIMEOUT = 60.0
 REPLY_TIMEOUT = 30.0
 # Per-cell bound for the interrupt cases: the escalation's own worst case is ~6 s.
 INTERRUPT_TIMEOUT = 20.0
-
-
-def start_kernel() -> tuple[KernelManager, BlockingKernelClient]:
-    km = KernelManager(kernel_name=KERNEL_NAME)
-    km.start_kernel()
-    kc = km.client()
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=START_TIMEOUT)
-    except RuntimeError:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
-        raise
-    return km, kc
-
-
-def stop_kernel(km: KernelManager, kc: BlockingKernelClient) -> None:
-    kc.stop_channels()
-    if km.is_alive():
-        km.shutdown_kernel()
-    km.cleanup_resources()
-    km.context.destroy(linger=0)
-
-
-@contextlib.contextmanager
-def shared_kernel() -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
-    """A kernel that outlives single tests: the leftover guard ignores its Julia meanwhile."""
-    km, kc = start_kernel()
-    pid = km.provisioner.pid if km.provisioner else None
-    assert pid is not None
-    SHARED_KERNEL_PIDS.add(pid)
-    try:
-        yield km, kc
-    finally:
-        stop_kernel(km, kc)
-        SHARED_KERNEL_PIDS.discard(pid)
 
 
 @pytest.fixture(scope="module")
@@ -68,16 +36,6 @@ def shared(kernel_env: dict[str, str]) -> Iterator[tuple[KernelManager, Blocking
     """One kernel for the tests that do not end it."""
     with shared_kernel() as kernel:
         yield kernel
-
-
-@pytest.fixture
-def own(kernel_env: dict[str, str]) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
-    """A kernel of the test's own, for tests that end or break it."""
-    km, kc = start_kernel()
-    try:
-        yield km, kc
-    finally:
-        stop_kernel(km, kc)
 
 
 def drain(kc: BlockingKernelClient) -> None:
@@ -172,9 +130,11 @@ def test_interrupt_request_keeps_state(
     print(f"\n[jupyter interrupt] {case}: {latency * 1000:.0f} ms to reply, state {state}")
 
 
-def test_signal_mode_interrupt_also_works(own: tuple[KernelManager, BlockingKernelClient]) -> None:
+def test_signal_mode_interrupt_also_works(
+    own_kernel: tuple[KernelManager, BlockingKernelClient],
+) -> None:
     """A client that SIGINTs the kernel process (signal mode) interrupts the cell too."""
-    km, kc = own
+    km, kc = own_kernel
     execute(kc, "keep = 1")
     msg_id = kc.execute("sleep(1000)")
     time.sleep(1.0)
@@ -358,10 +318,10 @@ def test_kernel_info(shared: tuple[KernelManager, BlockingKernelClient]) -> None
 
 
 def test_crash_fails_the_cell_and_the_next_cell_runs_fresh(
-    own: tuple[KernelManager, BlockingKernelClient],
+    own_kernel: tuple[KernelManager, BlockingKernelClient],
 ) -> None:
     """Julia aborting fails its cell with the reason; the kernel stays up and says state is gone."""
-    km, kc = own
+    km, kc = own_kernel
     execute(kc, "keep = 1")
     reply, outputs = execute(kc, "ccall(:abort, Cvoid, ())")
     assert reply["content"]["status"] == "error"
@@ -388,10 +348,10 @@ def _gone(procs: list[psutil.Process], within: float) -> bool:
 
 @pytest.mark.parametrize("restart", [False, True])
 def test_shutdown_request_stops_julia_in_time(
-    own: tuple[KernelManager, BlockingKernelClient], restart: bool
+    own_kernel: tuple[KernelManager, BlockingKernelClient], restart: bool
 ) -> None:
     """shutdown_request ends kernel and Julia within jupyter_client's 2.5 s, even mid-cell."""
-    km, kc = own
+    km, kc = own_kernel
     _, julias = _kernel_and_julia(km)
     kc.execute("function spin(); x = 0.0; while true; x += 1.0; end; end; spin()")
     time.sleep(0.5)
@@ -407,10 +367,10 @@ def test_shutdown_request_stops_julia_in_time(
 
 
 def test_restart_through_the_manager_gives_fresh_state(
-    own: tuple[KernelManager, BlockingKernelClient],
+    own_kernel: tuple[KernelManager, BlockingKernelClient],
 ) -> None:
     """KernelManager.restart_kernel: a new kernel and Julia, no state, no orphan."""
-    km, kc = own
+    km, kc = own_kernel
     execute(kc, "keep = 1")
     _, julias = _kernel_and_julia(km)
     km.restart_kernel()
@@ -422,10 +382,10 @@ def test_restart_through_the_manager_gives_fresh_state(
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_killed_kernel_leaves_no_julia(
-    own: tuple[KernelManager, BlockingKernelClient], sig: signal.Signals
+    own_kernel: tuple[KernelManager, BlockingKernelClient], sig: signal.Signals
 ) -> None:
     """SIGTERM or SIGKILL to the kernel mid-cell: its Julia is gone within 2 s."""
-    km, kc = own
+    km, kc = own_kernel
     pid, julias = _kernel_and_julia(km)
     kc.execute("function spin(); x = 0.0; while true; x += 1.0; end; end; spin()")
     time.sleep(0.5)

@@ -24,7 +24,11 @@ def test_papermill_injects_the_parameter(e2e_jupyter_env: dict[str, str], tmp_pa
     papermill = Path(sys.executable).with_name("papermill")
     done = subprocess.run(
         [str(papermill), str(EXAMPLE), str(out), "-k", E2E_KERNEL_NAME, "-p", "n", "10"],
-        env=e2e_jupyter_env, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False,
+        env=e2e_jupyter_env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
     )
     # The example's last cell fails on purpose; papermill reports that and exits non-zero.
     assert out.exists(), done.stderr
@@ -37,6 +41,7 @@ def test_papermill_injects_the_parameter(e2e_jupyter_env: dict[str, str], tmp_pa
     [result] = [o for o in squares.outputs if o.output_type == "execute_result"]
     assert result.data["text/plain"].startswith("10-element")
     assert result.data["text/plain"].rstrip().endswith("100")
-    failed = [c.get("id") for c in nb.cells if any(o.output_type == "error"
-                                                    for o in c.get("outputs", []))]
+    failed = [
+        c.get("id") for c in nb.cells if any(o.output_type == "error" for o in c.get("outputs", []))
+    ]
     assert failed == ["error"], done.stderr

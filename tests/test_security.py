@@ -20,7 +20,6 @@ import sys
 import textwrap
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +32,15 @@ from jupyter_client.session import Session
 
 from jutul_jkernel.supervisor import JuliaStartupError, JuliaSupervisor
 
-from .conftest import KERNEL_NAME, STARTUP_TIMEOUT, julia_descendants
-from .test_kernel_client import (
-    REPLY_TIMEOUT,
+from .conftest import (
+    KERNEL_NAME,
     START_TIMEOUT,
-    execute,
-    result_of,
+    STARTUP_TIMEOUT,
+    julia_descendants,
     start_kernel,
     stop_kernel,
 )
+from .test_kernel_client import REPLY_TIMEOUT, execute, result_of
 
 CELL_BOUND = 30.0
 # A message that must get no reply: how long we listen before calling it ignored.
@@ -358,15 +357,6 @@ async def test_julia_log_is_private(tmp_path: Path) -> None:
 # ---- Jupyter's sockets: HMAC signatures ----
 
 
-@pytest.fixture
-def kernel(kernel_env: dict[str, str]) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
-    km, kc = start_kernel()
-    try:
-        yield km, kc
-    finally:
-        stop_kernel(km, kc)
-
-
 def _raw_socket(ctx: zmq.Context[Any], km: KernelManager, channel: str) -> zmq.Socket[Any]:
     sock = ctx.socket(zmq.DEALER)
     sock.linger = 0
@@ -384,11 +374,11 @@ def _reply(sock: zmq.Socket[Any], session: Session, timeout: float) -> dict[str,
 
 @pytest.mark.e2e
 def test_hmac_signing_is_on_and_enforced(
-    kernel: tuple[KernelManager, BlockingKernelClient],
+    own_kernel: tuple[KernelManager, BlockingKernelClient],
 ) -> None:
     """The connection file carries a key and hmac-sha256; messages signed with another key (or
     not at all) get no reply and do not run, the same message signed properly does."""
-    km, kc = kernel
+    km, kc = own_kernel
     info = json.loads(Path(km.connection_file).read_text())
     assert info["key"], "empty HMAC key: signatures are off"
     assert info["signature_scheme"] == "hmac-sha256"

@@ -655,8 +655,11 @@ def test_frame_kinds_match_the_server() -> None:
 
 async def test_a_failing_query_is_answered_and_the_next_one_works(julia: JuliaSupervisor) -> None:
     """A query that throws in Julia answers with the error; the query worker lives on."""
-    await run(julia, "import REPL; @eval REPL.REPLCompletions completions(s::String, "
-                     'pos::Int) = error("completions broken on purpose")')
+    await run(
+        julia,
+        "import REPL; @eval REPL.REPLCompletions completions(s::String, "
+        'pos::Int) = error("completions broken on purpose")',
+    )
     answer = await julia.complete("prin", 4)
     assert "completions broken on purpose" in answer["error"]
     assert (await julia.is_complete("x = 1"))["status"] == "complete"
@@ -664,6 +667,9 @@ async def test_a_failing_query_is_answered_and_the_next_one_works(julia: JuliaSu
 
 async def test_completion_sees_methods_defined_by_the_user(julia: JuliaSupervisor) -> None:
     """Completion runs in the latest world: a propertynames method from a cell is used."""
-    await run(julia, "struct Bag end; Base.propertynames(::Bag, private::Bool=false) = "
-                     "(:apples, :apricots); bag = Bag()")
+    await run(
+        julia,
+        "struct Bag end; Base.propertynames(::Bag, private::Bool=false) = "
+        "(:apples, :apricots); bag = Bag()",
+    )
     assert (await julia.complete("bag.ap", 6))["matches"] == ["apples", "apricots"]
