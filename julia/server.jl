@@ -20,8 +20,9 @@
 #                                  the error text; capped at 64 KiB with a note of what was cut
 #   INP <id> <password 0|1> <n>    evaluation <id> reads a line from stdin; payload: the prompt
 #   ANS <id> <n>                   JSON answer to QRY <id>
-#   ACK <n> 0                      answer to SYN <n>, or to INT <n> once that interrupt was
-#                                  handed to the running evaluation (no ACK: it is not yielding)
+#   ACK <n> 0                      answer to SYN <n>; for evaluation <n>: an interrupt reached it
+#                                  (the listener handed an INT frame over, or the evaluation
+#                                  caught one that came by signal). No ACK: it is not yielding
 # Python -> Julia
 #   EXE <id> <n>                   code to evaluate (queued; evaluated one at a time, in order);
 #                                  backtraces call it In[<id>]
@@ -926,6 +927,9 @@ function run_cell(mod::Module, code::String, filename::String)
         IN_USER[] = false
         bt = catch_backtrace()
         status = is_interrupt(e) ? "int" : "err"
+        # The supervisor escalates until it hears that the interrupt arrived: tell it before
+        # rendering the error, which can take a second while that code is still cold.
+        status == "int" && CURRENT[] != 0 && send_frame("ACK", string(CURRENT[]))
         report = try
             IN_USER[] = true   # showing an error runs user code (showerror methods) too
             r = Base.invokelatest(error_report, e, bt)
@@ -1000,6 +1004,8 @@ function warm_up_steps()
     return Any[
         # jupyter console gives is_complete 1 s, and asks it as soon as the user presses Enter
         () -> answer_query("is_complete", "function f(x)", 0),
+        # the INT path: a cold listener answers its first INT frame only after compiling it
+        () -> handle_frame("INT", 0, SubString{String}[], UInt8[]),
         () -> (drain_output(); set_buffering!(true); set_buffering!(false)),
         cell("1 + 1"),
         cell("error(\"e\")"),

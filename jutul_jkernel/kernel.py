@@ -24,7 +24,7 @@ import os
 import signal
 import sys
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 import zmq
@@ -45,6 +45,10 @@ from .supervisor import (
 
 # A kernel_info_request waits this long for Julia to report its version.
 _KERNEL_INFO_WAIT = 10.0
+# interrupt_request returns (and ipykernel publishes its `idle`) only once the interrupted cell
+# has published its outcome, or after this long. The supervisor's escalation ends a cell well
+# within it, by a restart if nothing else works.
+_INTERRUPT_SETTLE_WAIT = 10.0
 # jupyter_client gives a kernel 2.5 s after shutdown_request before SIGTERM.
 _SHUTDOWN_BUDGET = 2.0
 # How often a pending input_request checks the stdin socket for the frontend's reply.
@@ -95,6 +99,8 @@ class JuliaKernel(Kernel):
         self._history: deque[tuple[int, int, str, str | None]] = deque(maxlen=_HISTORY_LIMIT)
         self._last_parent: dict[str, Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Set while no cell runs, on the main loop (created there: see _start_julia).
+        self._no_cell: asyncio.Event | None = None
         for msg_type in _UNSUPPORTED_CONTROL:
             self.control_handlers[msg_type] = self._unsupported_request
 
@@ -115,6 +121,8 @@ class JuliaKernel(Kernel):
 
     async def _start_julia(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._no_cell = asyncio.Event()
+        self._no_cell.set()
         self._julia_start = asyncio.ensure_future(self._start_quietly())
 
     async def _start_quietly(self) -> None:
@@ -126,16 +134,33 @@ class JuliaKernel(Kernel):
 
     async def _julia_ready(self, timeout: float) -> None:
         """Wait (bounded) until Julia started or failed to; callable from any thread's loop."""
-        if self._julia_start is None or self._loop is None:
+        if self._julia_start is not None:
+            await self._wait_on_main_loop(asyncio.shield(self._julia_start), timeout)
+
+    async def _cell_settled(self, timeout: float) -> None:
+        """Wait (bounded) until no cell runs; callable from any thread's loop."""
+        if self._no_cell is not None and not self._no_cell.is_set():
+            await self._wait_on_main_loop(self._no_cell.wait(), timeout)
+
+    async def _wait_on_main_loop(self, awaitable: Awaitable[Any], timeout: float) -> None:
+        """Await ``awaitable`` on the main loop for at most ``timeout`` seconds, from any loop.
+
+        The control thread has a loop of its own; the main loop's futures and events belong to
+        the main loop and must be awaited there.
+        """
+        if self._loop is None:
             return
-        if asyncio.get_running_loop() is not self._loop:
-            # The control thread has a loop of its own; the start task belongs to the main one.
-            future = asyncio.run_coroutine_threadsafe(self._julia_ready(timeout), self._loop)
+
+        async def bounded() -> None:
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-                await asyncio.wait_for(asyncio.wrap_future(future), timeout + 1)
+                await asyncio.wait_for(awaitable, timeout)
+
+        if asyncio.get_running_loop() is self._loop:
+            await bounded()
             return
+        future = asyncio.run_coroutine_threadsafe(bounded(), self._loop)
         with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._julia_start), timeout)
+            await asyncio.wait_for(asyncio.wrap_future(future), timeout + 1)
 
     def pre_handler_hook(self) -> None:
         """Keep our SIGINT handler: ipykernel's would raise KeyboardInterrupt in the loop."""
@@ -164,9 +189,18 @@ class JuliaKernel(Kernel):
         task.add_done_callback(self._tasks.discard)
 
     async def interrupt_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
-        """Interrupt the running cell (escalating in the supervisor) and reply at once."""
+        """Interrupt the running cell (escalating in the supervisor); reply at once.
+
+        The handler returns only once the interrupted cell has published its outcome (bounded),
+        because ipykernel publishes this request's `idle` when it returns, and jupyter_console
+        stops reading a cell's IOPub at the first `idle` of its session, whichever request it
+        belongs to. It then reads the execute_reply, which travels on another socket and can
+        overtake the cell's error: Ctrl-C printed a new prompt and no InterruptException. With
+        the wait, the cell's error is queued on IOPub before this `idle`, and IOPub keeps order.
+        """
         self._interrupt_threadsafe()
         self._sess.send(stream, "interrupt_reply", {"status": "ok"}, parent, ident=ident)
+        await self._cell_settled(_INTERRUPT_SETTLE_WAIT)
 
     async def do_shutdown(self, restart: bool) -> dict[str, Any]:
         """Stop Julia within jupyter_client's patience, whether or not a restart follows."""
@@ -262,6 +296,23 @@ class JuliaKernel(Kernel):
         cell_id: str | None = None,
     ) -> dict[str, Any]:
         """Run a cell in Julia, publishing its output, displays and result as they come."""
+        if self._no_cell is not None:
+            self._no_cell.clear()
+        try:
+            return await self._execute(code, silent, store_history, user_expressions, allow_stdin)
+        finally:
+            # Everything of the cell is queued on IOPub by now (see interrupt_request).
+            if self._no_cell is not None:
+                self._no_cell.set()
+
+    async def _execute(
+        self,
+        code: str,
+        silent: bool,
+        store_history: bool,
+        user_expressions: dict[str, str] | None,
+        allow_stdin: bool,
+    ) -> dict[str, Any]:
         parent = self.get_parent("shell")
         ident = self._get_shell_context_var(self._shell_parent_ident)
         self._last_parent = parent

@@ -41,6 +41,7 @@ from .protocol import Decoder, Frame, FrameKind, ProtocolError, encode
 log = logging.getLogger(__name__)
 
 OutputCallback = Callable[[str, bytes], None]
+InterruptPath = Literal["frame", "sigint", "forced", "restart"]
 DisplayCallback = Callable[[dict[str, Any]], None]
 InputCallback = Callable[[str, bool], Awaitable[str]]
 
@@ -51,17 +52,26 @@ _STARTUP_TIMEOUT = 60.0
 # Julia writes RDY the moment it connects; a connection silent this long is not Julia.
 _FIRST_FRAME_WAIT = 5.0
 
-# Interrupt escalation. An INT frame stops every cell that yields (sleep, I/O, printing) and is
-# acknowledged at once (~1 ms); a cell that computes never lets the server read it, so after
-# this long without an ACK we send SIGINT, which lands at the next safepoint (~2 ms for
-# allocating code). A SIGINT sent to a cell that was about to ACK is harmless.
+# Interrupt escalation. Julia ACKs an interrupt as soon as it reached the evaluation: the
+# listener when it hands an INT frame over, the evaluation when it catches one that came by
+# signal. An ACK ends the escalation; the cell then ends in its own time (rendering the error
+# can take a second when cold), and pressing stop again starts a new escalation.
+# An INT frame stops every cell that yields (sleep, I/O, printing) and is ACKed in ~1 ms; a cell
+# that computes never lets the server read it, so after this long without an ACK, and without
+# any frame from Julia, we send SIGINT, which lands at the next safepoint (~2 ms for allocating
+# code). While frames still arrive, the ACK is queued behind them (a cell printing flat out) and
+# we keep waiting, up to _INT_ACK_MAX: a SIGINT that reaches Julia while it waits in libuv can
+# unwind through a libuv callback, and once left a pipe pump deaf, so that the cell never ended
+# (seen in 1 of ~30 print floods through the kernel).
 _INT_ACK_WAIT = 0.02
-# A SIGINT stops an allocating loop or a blocking ccall within milliseconds; past this the code
-# has no safepoint (a float spin) and we send a burst, which makes Julia force the throw.
-_SIGINT_WAIT = 2.0
+_INT_ACK_MAX = 1.0
+# Allocating loops and blocking ccalls ACK a SIGINT within milliseconds (bench: "interrupt"
+# rows); past this the code has no safepoint (a float spin) and we send a burst, which makes
+# Julia force the throw. Short, so that every shape stops within a second.
+_SIGINT_WAIT = 0.4
 _BURST_COUNT = 5
 _BURST_GAP = 0.05
-# After a forced throw the result normally follows within a second; past this we restart.
+# After a forced throw the ACK follows within milliseconds; past this we restart.
 _BURST_WAIT = 3.0
 # Shutdown: after EOF on its socket the server exits by itself; a cell that never yields does not
 # see the EOF, so SIGTERM then SIGKILL follow. Together well inside jupyter_client's 2.5 s.
@@ -126,6 +136,9 @@ class ExecutionResult:
     error: ErrorInfo | None = None
     state_kept: bool = True  # False when Julia had to be restarted during this execution
     notice: str | None = None  # something the user should be told (a restart, a forced interrupt)
+    # How far the last interrupt escalated before Julia took it: "frame" (the INT frame, no
+    # signal), "sigint", "forced" (a burst of SIGINTs), "restart"; None if never interrupted.
+    interrupt_path: InterruptPath | None = None
 
 
 @dataclass
@@ -140,6 +153,13 @@ class _Execution:
     sigint_sent: bool = False
     forced: bool = False
     killed_for_interrupt: bool = False
+    interrupt_path: InterruptPath | None = None
+    # From an interrupt request until Julia ACKs it, output is dropped rather than delivered:
+    # what is still in flight was printed before the interrupt, and behind it wait the ACK and
+    # the result. A cell printing flat out can queue megabytes there; delivering them first made
+    # the interrupt look ignored and Julia was restarted.
+    discarding: bool = False
+    dropped_bytes: int = 0
     interrupter: asyncio.Task[None] | None = None
     input_tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -158,6 +178,7 @@ class _Julia:
     stderr_tail: deque[bytes] = field(default_factory=lambda: deque(maxlen=64))
     dead: bool = False
     death: JuliaDiedError | None = None
+    last_frame_at: float = 0.0  # loop time of the last frame read
 
 
 def _env_seconds(name: str, default: float) -> float:
@@ -591,9 +612,13 @@ class JuliaSupervisor:
                 if not data:
                     decoder.check_eof()
                     break
-                for frame in decoder.feed(data):
+                frames = decoder.feed(data)
+                if frames:
+                    j.last_frame_at = asyncio.get_running_loop().time()
+                for frame in frames:
                     self._dispatch(j, frame)
-                if self.backpressure is not None:
+                ex = self._current
+                if self.backpressure is not None and not (ex is not None and ex.discarding):
                     await self.backpressure()
         except ProtocolError as exc:
             reason = f"sent a malformed frame ({exc})"
@@ -613,7 +638,9 @@ class JuliaSupervisor:
         if kind is FrameKind.OUT:
             if args[0] == "stderr":
                 j.stderr_tail.append(frame.payload)
-            if ex is not None and ex.on_output is not None:
+            if ex is not None and ex.discarding:
+                ex.dropped_bytes += len(frame.payload)
+            elif ex is not None and ex.on_output is not None:
                 ex.on_output(args[0], frame.payload)
             elif ex is None and self.on_stray_output is not None:
                 self.on_stray_output(args[0], frame.payload)
@@ -625,6 +652,8 @@ class JuliaSupervisor:
                 waiter.set_result(None)
             return
         if kind in (FrameKind.ANS, FrameKind.ACK):
+            if ex is not None and int(args[0]) == ex.id:
+                ex.discarding = False  # what follows was written after the interrupt
             waiter = self._waiters.pop(int(args[0]), None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(_json(frame) if kind is FrameKind.ANS else None)
@@ -680,17 +709,26 @@ class JuliaSupervisor:
     def _resolve(self, ex: _Execution, status: str, text: str) -> None:
         if ex.future.done():
             return
+        ex.discarding = False
         result = ExecutionResult(
             status="ok" if status == "ok" else "error" if status == "err" else "interrupted",
             text=text,
             data=ex.data,
             error=ex.error,
+            interrupt_path=ex.interrupt_path,
         )
+        notices = []
         if result.status == "interrupted" and ex.forced:
-            result.notice = (
+            notices.append(
                 "The interrupt had to be forced (the code was not at a safepoint); "
                 "Julia's state may be inconsistent. Restart if anything misbehaves."
             )
+        if ex.dropped_bytes:
+            notices.append(
+                f"Output cut short: {ex.dropped_bytes} bytes printed before the interrupt "
+                "reached Julia were dropped, so that the interrupt did not wait for them."
+            )
+        result.notice = "\n".join(notices) or None
         ex.future.set_result(result)
 
     async def _answer_input(self, j: _Julia, ex: _Execution, frame: Frame) -> None:
@@ -762,31 +800,34 @@ class JuliaSupervisor:
     # ---- interrupts ----
 
     async def _escalate(self, ex: _Execution) -> None:
+        """INT frame, SIGINT, a burst of SIGINTs, a restart: each step only until Julia ACKs."""
         j = self._julia
         if j is None or j.dead:
             return
         ack: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiters[ex.id] = ack
+        ex.discarding = True
         try:
+            ex.interrupt_path = "frame"
             await self._send(j, encode(FrameKind.INT, ex.id))
-            delivered = False
-            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-                await asyncio.wait_for(ack, _INT_ACK_WAIT)
-                delivered = True  # the evaluation yields: the interrupt reaches it, no signal
-            if delivered or await _finished(ex, 0):
+            if await self._acked_before_silence(j, ex, ack):
                 return
+            ex.interrupt_path = "sigint"
             self._signal(j)
             ex.sigint_sent = True
-            if await _finished(ex, _SIGINT_WAIT):
+            if await _taken(ex, ack, _SIGINT_WAIT):
                 return
             log.warning("execution %s ignored SIGINT; forcing the interrupt", ex.id)
+            ex.interrupt_path = "forced"
             ex.forced = True
             for _ in range(_BURST_COUNT):
                 self._signal(j)
-                await asyncio.sleep(_BURST_GAP)
-            if await _finished(ex, _BURST_WAIT):
+                if await _taken(ex, ack, _BURST_GAP):
+                    return
+            if await _taken(ex, ack, _BURST_WAIT):
                 return
             log.warning("execution %s survived a forced interrupt; restarting Julia", ex.id)
+            ex.interrupt_path = "restart"
             ex.killed_for_interrupt = True
             await self._kill(j)
         except (ConnectionError, JuliaDiedError):
@@ -794,6 +835,19 @@ class JuliaSupervisor:
         finally:
             # A late ACK finds no waiter and is dropped; a death finds no orphaned future.
             self._waiters.pop(ex.id, None)
+
+    @staticmethod
+    async def _acked_before_silence(j: _Julia, ex: _Execution, ack: asyncio.Future[Any]) -> bool:
+        """Wait for the ACK while Julia keeps sending frames; False after _INT_ACK_WAIT of silence."""
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
+        while True:
+            until = min(max(sent, j.last_frame_at) + _INT_ACK_WAIT, sent + _INT_ACK_MAX)
+            left = until - loop.time()
+            if left <= 0:
+                return ack.done() or ex.future.done()
+            if await _taken(ex, ack, left):
+                return True
 
     @staticmethod
     def _signal(j: _Julia) -> None:
@@ -839,6 +893,7 @@ class JuliaSupervisor:
                         status="interrupted",
                         text="InterruptException",
                         state_kept=False,
+                        interrupt_path="restart",
                         notice="Julia did not respond to interrupts and was restarted: variables, "
                         "functions and packages loaded before are gone.",
                     )
@@ -955,15 +1010,11 @@ class JuliaSupervisor:
             return f"(could not read it: {exc})"
 
 
-async def _finished(ex: _Execution, timeout: float) -> bool:
-    """Wait up to ``timeout`` seconds for the execution's result; return whether it came."""
-    if ex.future.done():
-        return True
-    if timeout <= 0:
-        return False
-    with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-        await asyncio.wait_for(asyncio.shield(ex.future), timeout)
-    return ex.future.done()
+async def _taken(ex: _Execution, ack: asyncio.Future[Any], timeout: float) -> bool:
+    """Wait up to ``timeout`` s for Julia to ACK the interrupt or end the execution."""
+    if not (ack.done() or ex.future.done()):
+        await asyncio.wait({ack, ex.future}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    return ack.done() or ex.future.done()
 
 
 def _object_of(frame: Frame, value: object, what: str) -> dict[str, Any]:
