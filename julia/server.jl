@@ -91,7 +91,7 @@ const CURRENT = Ref(0)                 # id of the running evaluation, 0 when id
 const LAST_ID = Ref(0)                 # parent of output produced between evaluations
 const IN_USER = Ref(false)             # the evaluating task is inside user code
 const PENDING_INTERRUPT = Ref(false)   # an interrupt arrived while the server held the task
-const QUEUE = Channel{Tuple{Int,String,String}}(Inf)   # id, code, name
+const QUEUE = Channel{Tuple{Int,String,String,Bool}}(Inf)   # id, code, name, a named cell
 const INPUT_WAIT = Ref{Union{Nothing,Channel{Any}}}(nothing)
 const PIPES = Dict{String,Any}()       # "stdout"/"stderr" => write end of our pipe
 const MARK = Vector{UInt8}("\0\x1fJJK" * string(rand(UInt64); base = 16, pad = 16) * "\x1f\0")
@@ -215,6 +215,39 @@ function capped(s::String, cap::Int = RESULT_CAP)
                   cap, " bytes; print large output instead]")
 end
 
+"""
+    on_thread_one(f)
+
+Run `f` on thread 1 and return its value. Display, clear_output, input and payloads wait on
+the server's Conditions, which belong to thread 1 (where every server task runs, as SIGINT
+does); a `Threads.@spawn` task on another thread hands the work over through a thread-safe
+Channel instead, and waits for the answer.
+"""
+function on_thread_one(f)
+    Threads.threadid() == 1 && return f()
+    answer = Channel{Any}(1)
+    put!(THREAD_ONE_WORK, (f, answer))
+    result = take!(answer)
+    result isa CapturedException && throw(result.ex)
+    return result
+end
+
+const THREAD_ONE_WORK = Channel{Tuple{Any,Channel{Any}}}(Inf)
+
+function thread_one_loop()
+    guarded("thread one") do
+        while true
+            f, answer = take!(THREAD_ONE_WORK)
+            result = try
+                f()
+            catch e
+                CapturedException(e, catch_backtrace())
+            end
+            put!(answer, result)
+        end
+    end
+end
+
 # ---- frames ----
 
 """
@@ -321,9 +354,9 @@ end
 
 function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
     if kind == "EXE"
-        put!(QUEUE, (id, String(payload), "In[$id]"))
+        put!(QUEUE, (id, String(payload), "In[$id]", false))
     elseif kind == "EXN"
-        put!(QUEUE, (id, String(payload), String(args[1])))
+        put!(QUEUE, (id, String(payload), String(args[1]), true))
     elseif kind == "INT"
         if id == CURRENT[] && forward_interrupt()
             send_frame("ACK", string(id))
@@ -462,7 +495,7 @@ function flusher_loop()
             time() > DRAIN_DEADLINE[] && notify(DRAINED)
             if CURRENT[] == 0
                 if !running && WARMING[] && gen == IDLE_GENERATION[] && !isready(QUEUE)
-                    put!(QUEUE, (-gen, "", ""))   # idle for a whole interval
+                    put!(QUEUE, (-gen, "", "", false))   # idle for a whole interval
                 end
                 continue
             end
@@ -589,7 +622,8 @@ function plain_text(x)
 end
 
 """Send a display message of the running (or last) evaluation, after the output before it."""
-function send_display(msg::Dict{String,Any})
+send_display(msg::Dict{String,Any}) = on_thread_one(() -> send_display_here(msg))
+function send_display_here(msg::Dict{String,Any})
     id = CURRENT[] == 0 ? LAST_ID[] : CURRENT[]
     id == 0 && return
     payload = json(msg)
@@ -661,7 +695,8 @@ update_display(x; display_id, mime = nothing) =
 
 Clear the output of the running cell; with `wait=true`, only when new output arrives.
 """
-function clear_output(wait::Bool = false)
+clear_output(wait::Bool = false) = on_thread_one(() -> clear_output_here(wait))
+function clear_output_here(wait::Bool)
     id = CURRENT[] == 0 ? LAST_ID[] : CURRENT[]
     id == 0 && return
     server_section() do
@@ -761,7 +796,9 @@ end
 
 Ask the frontend for one line (Jupyter's input_request); `readline()` does the same.
 """
-function input(prompt::AbstractString = ""; password::Bool = false)
+input(prompt::AbstractString = ""; password::Bool = false) =
+    on_thread_one(() -> input_here(prompt, password))
+function input_here(prompt::AbstractString, password::Bool)
     id = CURRENT[]
     id == 0 && error("stdin can only be read while a cell runs")
     ch = Channel{Any}(1)
@@ -795,6 +832,279 @@ function Base.readline(io::KernelStdin; keep::Bool = false)
     return readline(io.buf; keep = keep)
 end
 
+# ---- the REPL's cell semantics: history, hooks, modes, soft scope ----
+
+const SOFTSCOPE = Ref(true)          # JUTUL_JKERNEL_SOFTSCOPE=no turns it off (read in main)
+
+"""
+    In, Out
+
+`In[n]` is the code of notebook cell `n` and `Out[n]` the value it showed (only cells that
+show one), keyed by Jupyter's execution count as in IJulia. `Out` keeps those values alive:
+`empty!(Out)` or `IJulia.clear_history()` frees them.
+"""
+const In = Dict{Int,String}()
+const Out = Dict{Int,Any}()
+
+# Hooks run by cells (notebook cells, not user_expressions), as in IJulia: Revise's IJulia
+# integration is a pre-execute hook.
+const PREEXECUTE_HOOKS = Function[]
+const POSTEXECUTE_HOOKS = Function[]
+const POSTERROR_HOOKS = Function[]
+
+run_hooks(hooks) = foreach(Base.invokelatest, copy(hooks))
+
+"""The execution count of a cell named `In[n]` (what the kernel sends), else `id`."""
+function cell_number(name::String, id::Int)
+    m = match(r"^In\[([0-9]{1,9})\]$", name)
+    return m === nothing ? id : parse(Int, m.captures[1])
+end
+
+"""
+    set_main_global!(name, value)
+
+Set `ans` or `err` where the user's REPL keeps them. Julia 1.9 and newer keep both in
+`Base.MainInclude`, which Main uses (base/client.jl: `setglobal!(Base.MainInclude, :ans,
+value)` in `eval_user_input`); Julia 1.5-1.8 set `Main.ans` directly, and have no `err`, which
+then lives in `MainNames`, beside `In` and `Out`, so it never overwrites a user's own `err`.
+"""
+function set_main_global!(name::Symbol, value)
+    if isdefined(Base, :MainInclude) && isdefined(Base.MainInclude, name)
+        Core.eval(Base.MainInclude, Expr(:global, Expr(:(=), name, QuoteNode(value))))
+    elseif name === :ans
+        ccall(:jl_set_global, Cvoid, (Any, Any, Any), Main, :ans, value)
+    else
+        Core.eval(MainNames, Expr(:global, Expr(:(=), name, QuoteNode(value))))
+    end
+    nothing
+end
+
+"""`err` is what the REPL keeps of the last error: its exception stack (Julia 1.7 and newer,
+`current_exceptions`), or the exception itself on older Julia."""
+set_err!(e) = set_main_global!(:err, isdefined(Base, :current_exceptions) ?
+    Base.invokelatest(getfield(Base, :current_exceptions)) : e)
+
+"""
+    mode_line(code) -> Union{String,Nothing}
+
+The one command of a `?`, `]` or `;` cell, as IJulia finds it: blank and `#` comment lines are
+ignored, and exactly one line must remain.
+"""
+function mode_line(code::String)
+    found = nothing
+    for line in eachline(IOBuffer(code))
+        stripped = strip(line)
+        (isempty(stripped) || startswith(stripped, '#')) && continue
+        found === nothing || return nothing
+        found = String(stripped)
+    end
+    return found !== nothing && first(found) in ('?', ']', ';') ? found : nothing
+end
+
+"""Evaluate a cell: a REPL mode command, or Julia code through the backend's AST transforms."""
+function eval_cell(mod::Module, code::String, filename::String)
+    line = mode_line(code)
+    if line !== nothing
+        rest = strip(line[nextind(line, 1):end])
+        first(line) == '?' && return Core.eval(mod, help_expr(rest))
+        first(line) == ']' && return pkg_mode(rest)
+        return shell_mode(mod, rest)
+    end
+    ast = local_ijulia_imports(parse_cell(code, filename))
+    for f in BACKEND[].ast_transforms
+        ast = Base.invokelatest(f, ast)
+    end
+    return Core.eval(mod, ast)
+end
+
+"""
+    help_expr(line)
+
+What `?line` evaluates: the REPL's help mode, printing (apropos) to the captured stdout and
+returning the docstring, which the cell shows as its value (saved with the notebook, as IJulia
+does). Julia 1.11 and newer build an expression that assigns a global `docs`
+(stdlib/REPL/src/docview.jl, `helpmode`): a `let` keeps that out of the user's Main.
+"""
+help_expr(line::AbstractString) = Expr(:let, Expr(:block), REPL.helpmode(stdout, String(line)))
+
+const PKG_ID = Base.PkgId(Base.UUID("44cfe95a-1eb2-52ea-b672-e2afdf69b78f"), "Pkg")
+
+"""`] cmd`: Pkg's REPL mode against the active project. Pkg loads on first use (~1 s)."""
+function pkg_mode(cmd::AbstractString)
+    pkg = Base.require(PKG_ID)
+    mode = getfield(pkg, :REPLMode)
+    # `pkgstr` is what pkg"..." calls (Pkg 1.5 to current); newer Pkg also has do_cmds.
+    if isdefined(mode, :pkgstr)
+        Base.invokelatest(getfield(mode, :pkgstr), String(cmd))
+    else
+        Base.invokelatest(getfield(mode, :do_cmds), String(cmd), stdout)
+    end
+    nothing
+end
+
+"""
+    shell_mode(mod, line)
+
+`;cmd`: the REPL's shell mode, with `\$` interpolation from `mod` and `cd` changing the kernel's
+directory. The command runs through \$JULIA_SHELL / \$SHELL like the REPL's (base/client.jl,
+`repl_cmd`), with its output captured at the fd level; an interrupt ends the command too,
+as Ctrl-C at the REPL does by signalling its process group.
+"""
+function shell_mode(mod::Module, line::AbstractString)
+    cmd = Core.eval(mod, :(Base.cmd_gen($(Base.shell_parse(String(line))[1]))))
+    (isempty(cmd.exec) || cmd.exec[1] == "cd") && return Base.repl_cmd(cmd, stdout)
+    cmd.exec .= expanduser.(cmd.exec)
+    if !Sys.iswindows() && isdefined(Base, :shell_escape_posixly)
+        shell = Base.shell_split(get(ENV, "JULIA_SHELL", get(ENV, "SHELL", "/bin/sh")))
+        cmd = `$shell -c $("(" * Base.shell_escape_posixly(cmd) * ") && true")`
+    end
+    # A process group of its own (detach), so that an interrupt can end the shell and what it
+    # started, as Ctrl-C does to a terminal's foreground group.
+    proc = run(pipeline(Cmd(ignorestatus(cmd); detach = true);
+                        stdin = devnull, stdout = stdout, stderr = stderr); wait = false)
+    try
+        wait(proc)
+    catch
+        quietly() do
+            signal_group(proc, 2)                         # SIGINT
+            timedwait(() -> !process_running(proc), 2.0)
+            process_running(proc) && signal_group(proc, 9)  # SIGKILL
+        end
+        rethrow()
+    end
+    nothing
+end
+
+signal_group(proc, sig) = Sys.iswindows() ? kill(proc, sig) :
+    ccall(:kill, Cint, (Cint, Cint), -getpid(proc), sig)
+
+"""
+    local_ijulia_imports(ast)
+
+`using IJulia` / `import IJulia` in a cell bind the kernel's own `IJulia` module (see
+`IJulia` below) instead of loading the package: in Main the name is already taken, and the
+package's functions need a kernel of its own.
+"""
+function local_ijulia_imports(ast)
+    ast isa Expr || return ast
+    if ast.head === :toplevel || ast.head === :block
+        return Expr(ast.head, map(local_ijulia_imports, ast.args)...)
+    elseif ast.head in (:using, :import)
+        return Expr(ast.head, map(local_ijulia_path, ast.args)...)
+    end
+    return ast
+end
+local_ijulia_path(p) = p == Expr(:., :IJulia) ? Expr(:., :., :IJulia) :
+    (p isa Expr && p.head === :(:)) ? Expr(:(:), local_ijulia_path(p.args[1]), p.args[2:end]...) : p
+
+# ---- Julia 1.14-DEV: ^C cancels a scoped token instead of throwing InterruptException ----
+# On master (NEWS "Julia v1.14": cancellation, #60281), `_start` runs the whole script under
+# a ^C episode token, every @async task inherits it, and once cancelled every wait, sleep and
+# socket write throws `Base.CancellationRequest`, which would end the server's own loops. So
+# the server's tasks run with no token, and each cell under a fresh episode's token, as the
+# REPL backend does (read in base/task.jl and base/client.jl at master, 2026-08). Everything
+# here is gated on the names existing; on Julia 1.5-1.13 it does nothing.
+
+is_cancellation(e) = isdefined(Base, :CancellationRequest) &&
+    e isa getfield(Base, :CancellationRequest)
+
+const HAS_CANCEL_SCOPES = isdefined(Base, :sigint_new_episode!) && isdefined(Base, :CANCEL_TOKEN)
+
+function with_cancel_token(f, token)
+    if isdefined(Base, :with_cancel_token)
+        return getfield(Base, :with_cancel_token)(f, token)
+    end
+    return getfield(Base, :ScopedValues).with(f, getfield(Base, :CANCEL_TOKEN) => token)
+end
+
+"""Run `f` (the server's start-up, whose tasks inherit the scope) where ^C cancels nothing."""
+outside_cancel_scope(f) = HAS_CANCEL_SCOPES ? with_cancel_token(f, nothing) : f()
+
+"""Run a cell's code under a fresh ^C episode, as the REPL runs each evaluation."""
+in_cell_scope(f) = HAS_CANCEL_SCOPES ?
+    with_cancel_token(f, getfield(Base, :sigint_new_episode!)()) : f()
+
+# ---- what Main sees: In, Out, err, and IJulia's notebook API ----
+
+"""
+    IJulia
+
+The part of IJulia's API that notebooks call without `using IJulia` (course notebooks call
+`IJulia.clear_output(true)` in loops): output clearing, the cell hooks, `load`, and history.
+`IJulia.inited` is `true`, which is how packages tell that they run in a notebook. A cell's
+`using IJulia` binds this module rather than the IJulia package, whose functions need a kernel
+of their own.
+"""
+module IJulia
+
+import ..JKernel
+
+const inited = true
+const In = JKernel.In
+const Out = JKernel.Out
+
+"""Clear the cell's output; with `wait=true`, only when new output arrives."""
+clear_output(wait::Bool = false) = JKernel.clear_output(wait)
+
+push_preexecute_hook(f::Function) = push!(JKernel.PREEXECUTE_HOOKS, f)
+push_postexecute_hook(f::Function) = push!(JKernel.POSTEXECUTE_HOOKS, f)
+push_posterror_hook(f::Function) = push!(JKernel.POSTERROR_HOOKS, f)
+pop_preexecute_hook(f::Function) = pop_hook!(f, JKernel.PREEXECUTE_HOOKS)
+pop_postexecute_hook(f::Function) = pop_hook!(f, JKernel.POSTEXECUTE_HOOKS)
+pop_posterror_hook(f::Function) = pop_hook!(f, JKernel.POSTERROR_HOOKS)
+
+function pop_hook!(f, hooks)
+    i = findlast(isequal(f), hooks)
+    i === nothing && error("no such hook: $f")
+    return splice!(hooks, i)
+end
+
+"""Put `s` into a new cell below this one (Jupyter's set_next_input); `replace=true` replaces
+this cell's code instead."""
+function load_string(s::AbstractString, replace::Bool = false)
+    JKernel.send_payload(Dict("source" => "set_next_input", "text" => String(s),
+                              "replace" => replace))
+end
+"""Put the contents of `filename` into a new cell, like IPython's `%load`."""
+load(filename::AbstractString, replace::Bool = false) = load_string(read(filename, String), replace)
+
+"""Accepted for IJulia's notebooks; output is never capped in this kernel."""
+function set_max_stdio(n::Integer)
+    println(stderr, "IJulia.set_max_stdio($n): jutul-jkernel never caps a cell's output; ",
+            "nothing to change.")
+    nothing
+end
+
+set_verbose(v::Bool = true) = nothing
+
+"""Forget `In` and `Out` (all, or the given cell numbers), so their values can be freed."""
+clear_history() = (empty!(In); empty!(Out); nothing)
+clear_history(cells) = (foreach(n -> (delete!(In, n); delete!(Out, n)), cells); nothing)
+
+"""Print the code of the cells so far (or of the given cell numbers)."""
+history(io::IO = stdout) = history(io, sort!(collect(keys(In))))
+history(io::IO, cells) = foreach(n -> haskey(In, n) && println(io, In[n]), cells)
+
+end # module IJulia
+
+"""Names every cell sees through `using` (so a user's own definition simply shadows them)."""
+module MainNames
+import ..JKernel
+const In = JKernel.In
+const Out = JKernel.Out
+const IJulia = JKernel.IJulia
+err = nothing
+export In, Out, IJulia   # and `err` on Julia without Base.MainInclude.err: see set_up_main!
+end
+
+send_payload(item::Dict{String,Any}) = on_thread_one(() -> send_payload_here(item))
+function send_payload_here(item::Dict{String,Any})
+    id = CURRENT[]
+    id == 0 && error("this works only while a cell runs")
+    send_frame("PAY", string(id), json(item))
+    nothing
+end
+
 # ---- evaluation ----
 
 mutable struct Backend
@@ -821,7 +1131,9 @@ function install_interrupt_sink!()
                 diag("interrupt sink got ", sprint(showerror, e))
         end
     end
-    BACKEND[] = Backend(sink, true, Any[])
+    # The REPL's backends start with `REPL.softscope` (REPL.jl, repl_ast_transforms), so a
+    # loop in a cell updates a global as it does at the prompt and in IJulia.
+    BACKEND[] = Backend(sink, true, SOFTSCOPE[] ? Any[REPL.softscope] : Any[])
     try
         Core.eval(Base, :(active_repl_backend = $(BACKEND[])))
     catch e
@@ -839,7 +1151,7 @@ end
 
 ends_with_semicolon(code::String) = REPL.ends_with_semicolon(code)
 
-is_interrupt(e) = e isa InterruptException ||
+is_interrupt(e) = e isa InterruptException || is_cancellation(e) ||
     (e isa TaskFailedException && is_interrupt(e.task.exception)) ||
     (e isa LoadError && is_interrupt(e.error))
 
@@ -899,25 +1211,30 @@ function error_report(e, bt)
 end
 
 """
-    run_cell(mod, code, filename) -> (status, text, rich, report)
+    run_cell(mod, code, filename, cell=0) -> (status, text, rich, report)
 
 Evaluate `code` in `mod` the way the REPL does and render the outcome: status "ok" with the
 value's text/plain (and its MIME bundle when richer), or "err" / "int" with an error report.
-Sends nothing, so `warm_up` can run it too.
+With a cell number (a notebook cell, `In[cell]`), the hooks run and `ans`, `Out[cell]` and
+`err` are set as in IJulia and the REPL. Sends nothing but an interrupt's ACK, so `warm_up`
+can run it too.
 """
-function run_cell(mod::Module, code::String, filename::String)
+function run_cell(mod::Module, code::String, filename::String, cell::Int = 0)
     status = "ok"
     text = ""
     rich = nothing
     report = nothing
     try
         IN_USER[] = true
-        ast = parse_cell(code, filename)
-        for f in BACKEND[].ast_transforms
-            ast = Base.invokelatest(f, ast)
+        cell > 0 && run_hooks(PREEXECUTE_HOOKS)
+        value = in_cell_scope(() -> eval_cell(mod, code, filename))
+        shown = value !== nothing && !ends_with_semicolon(code)
+        if cell > 0
+            set_main_global!(:ans, value)
+            shown && value !== Out && (Out[cell] = value)
+            run_hooks(POSTEXECUTE_HOOKS)
         end
-        value = Core.eval(mod, ast)
-        if value !== nothing && !ends_with_semicolon(code)
+        if shown
             data = Base.invokelatest(mime_bundle, value)
             text = data["text/plain"]
             length(data) > 1 && (rich = data)
@@ -930,6 +1247,12 @@ function run_cell(mod::Module, code::String, filename::String)
         # The supervisor escalates until it hears that the interrupt arrived: tell it before
         # rendering the error, which can take a second while that code is still cold.
         status == "int" && CURRENT[] != 0 && send_frame("ACK", string(CURRENT[]))
+        if cell > 0
+            quietly(() -> set_err!(e))
+            for hook in copy(POSTERROR_HOOKS)
+                quietly(() -> Base.invokelatest(hook))
+            end
+        end
         report = try
             IN_USER[] = true   # showing an error runs user code (showerror methods) too
             r = Base.invokelatest(error_report, e, bt)
@@ -944,11 +1267,13 @@ function run_cell(mod::Module, code::String, filename::String)
     return status, text, rich, report
 end
 
-function evaluate(id::Int, code::String, name::String)
+function evaluate(id::Int, code::String, name::String, named::Bool)
     CURRENT[] = id
     LAST_ID[] = id
     PENDING_INTERRUPT[] = false
-    status, text, rich, report = run_cell(Main, code, name)
+    cell = named ? cell_number(name, id) : 0
+    cell > 0 && (In[cell] = code)
+    status, text, rich, report = run_cell(Main, code, name, cell)
     try
         finish_evaluation(id, status, text, rich, report)
     catch e
@@ -1027,10 +1352,10 @@ function eval_loop()
     steps = warm_up_steps()
     guarded("eval") do
         while true
-            id, code, name = take!(QUEUE)
+            id, code, name, named = take!(QUEUE)
             if id > 0
                 IDLE_GENERATION[] += 1
-                evaluate(id, code, name)
+                evaluate(id, code, name, named)
             elseif -id == IDLE_GENERATION[] && !isready(QUEUE) && !isempty(steps)
                 quietly(popfirst!(steps))
                 WARMING[] = !isempty(steps)
@@ -1119,7 +1444,18 @@ function watch_parent!()
     nothing
 end
 
-function main(args = ARGS)
+main(args = ARGS) = outside_cancel_scope(() -> serve(args))
+
+"""Names cells see without qualification: `In`, `Out`, `IJulia`, and `err` where Julia has none."""
+function set_up_main!()
+    SOFTSCOPE[] = !(lowercase(get(ENV, "JUTUL_JKERNEL_SOFTSCOPE", "yes")) in ("no", "0", "false", "off"))
+    # Julia 1.9+ exports `err` from Base.MainInclude to Main: a second export would be ambiguous.
+    (isdefined(Base, :MainInclude) && isdefined(Base.MainInclude, :err)) ||
+        Core.eval(MainNames, :(export err))
+    Core.eval(Main, :(using .JKernel.MainNames))
+end
+
+function serve(args)
     Base.exit_on_sigint(false)
     DIAG[] = stderr
     length(args) == 1 || (diag("usage: julia server.jl <port>"); exit(2))
@@ -1136,8 +1472,10 @@ function main(args = ARGS)
     redirect_output!()
     Core.eval(Base, :(stdin = $(KernelStdin(PipeBuffer()))))
     pushdisplay(KernelDisplay())
+    set_up_main!()
     install_interrupt_sink!()
     @async flusher_loop()
+    @async thread_one_loop()
 
     send_frame("RDY", token)
     send_frame("INF", "", json(Dict("julia_version" => string(VERSION), "pid" => getpid(),

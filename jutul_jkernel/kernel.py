@@ -319,10 +319,6 @@ class JuliaKernel(Kernel):
         count = self.execution_count
         await self._julia_ready(_KERNEL_INFO_WAIT)
 
-        if code.lstrip().startswith("?") and "\n" not in code.strip():
-            if store_history:
-                self._history.append((1, count, code, None))
-            return await self._help(code.strip()[1:].strip(), count)
         if code.strip() in ("exit", "quit"):
             # A bare word would just show the function; consoles leave on this payload, as
             # with IPython. exit() keeps its Julia meaning (the next cell restarts Julia).
@@ -383,7 +379,7 @@ class JuliaKernel(Kernel):
         reply: dict[str, Any] = {
             "status": "ok",
             "execution_count": count,
-            "payload": [],
+            "payload": result.payload,
             "user_expressions": {},
         }
         if user_expressions:
@@ -430,27 +426,6 @@ class JuliaKernel(Kernel):
                     "traceback": err.traceback if err else [],
                 }
         return answers
-
-    async def _help(self, name: str, count: int) -> dict[str, Any]:
-        """`?name` shows the docstring in the pager, as the REPL's help mode does."""
-        try:
-            doc = await self.supervisor.inspect(name, len(name))
-        except (JuliaDiedError, JuliaStartupError, TimeoutError) as exc:
-            return self._error_reply(
-                type(exc).__name__,
-                str(exc),
-                str(exc).splitlines(),
-                self.get_parent("shell"),
-                count,
-                False,
-            )
-        data = doc.get("data") or {"text/plain": f"No documentation found for {name!r}."}
-        return {
-            "status": "ok",
-            "execution_count": count,
-            "user_expressions": {},
-            "payload": [{"source": "page", "data": data, "start": 0}],
-        }
 
     # ---- publishing ----
 

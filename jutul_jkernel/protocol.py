@@ -36,6 +36,7 @@ class FrameKind(enum.Enum):
     INP = "INP"  # INP <id> <password 0|1> <n>: evaluation <id> reads a line; payload: prompt
     ANS = "ANS"  # ANS <id> <n>: JSON answer to QRY <id>
     ACK = "ACK"  # ACK <n> 0: answers SYN <n>, or INT <n> once it reached the evaluation
+    PAY = "PAY"  # PAY <id> <n>: JSON reply payload of evaluation <id> (e.g. set_next_input)
     # Python -> Julia
     EXE = "EXE"  # EXE <id> <n>: code to evaluate (backtraces name it In[<id>])
     EXN = "EXN"  # EXN <id> <name> <n>: the same, naming the code <name>, e.g. In[3]
@@ -55,7 +56,7 @@ _ARITY = {
     FrameKind.RDY: 1, FrameKind.INF: 0, FrameKind.OUT: 1, FrameKind.DSP: 1, FrameKind.CLR: 2,
     FrameKind.VAL: 1, FrameKind.ERR: 1, FrameKind.RES: 2, FrameKind.INP: 2, FrameKind.ANS: 1,
     FrameKind.ACK: 1, FrameKind.EXE: 1, FrameKind.EXN: 2, FrameKind.INT: 1, FrameKind.TXT: 1,
-    FrameKind.NIN: 1, FrameKind.QRY: 3, FrameKind.SYN: 1,
+    FrameKind.NIN: 1, FrameKind.QRY: 3, FrameKind.SYN: 1, FrameKind.PAY: 1,
 }  # fmt: skip
 _KINDS: dict[bytes, FrameKind] = {k.value.encode(): k for k in FrameKind}
 
@@ -83,6 +84,7 @@ _VALIDATORS: dict[FrameKind, tuple[object, ...]] = {
     FrameKind.ERR: (_ID,),
     FrameKind.ANS: (_ID,),
     FrameKind.ACK: (_ID,),
+    FrameKind.PAY: (_ID,),
     FrameKind.EXE: (_ID,),
     FrameKind.EXN: (_ID,),
     FrameKind.INT: (_ID,),

@@ -139,6 +139,8 @@ class ExecutionResult:
     # How far the last interrupt escalated before Julia took it: "frame" (the INT frame, no
     # signal), "sigint", "forced" (a burst of SIGINTs), "restart"; None if never interrupted.
     interrupt_path: InterruptPath | None = None
+    # Jupyter execute_reply payloads the cell asked for (IJulia.load: set_next_input).
+    payload: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -150,6 +152,7 @@ class _Execution:
     future: asyncio.Future[ExecutionResult]
     data: dict[str, Any] | None = None
     error: ErrorInfo | None = None
+    payload: list[dict[str, Any]] = field(default_factory=list)
     sigint_sent: bool = False
     forced: bool = False
     killed_for_interrupt: bool = False
@@ -323,8 +326,11 @@ class JuliaSupervisor:
         ``on_display(msg)`` receives display_data / update_display_data / clear_output messages
         (default: their text/plain goes to ``on_output``); ``await on_input(prompt, password)``
         answers ``readline()`` (default: readline raises an error in Julia); ``name`` is what
-        backtraces call the code (printable ASCII, e.g. ``In[3]``). Raises JuliaDiedError if
-        Julia dies meanwhile.
+        backtraces call the code (printable ASCII, e.g. ``In[3]``). A named execution is a
+        cell as the REPL and IJulia know it: its code goes to Julia's ``In[n]`` and its shown
+        value to ``Out[n]`` (``n`` from ``In[n]``, else the execution's id), and the
+        pre-execute hooks run; an unnamed one (``user_expressions``) leaves history alone.
+        Raises JuliaDiedError if Julia dies meanwhile.
         """
         async with self._lock:
             await self.start()
@@ -678,6 +684,11 @@ class JuliaSupervisor:
             self._display(ex, shown)
         elif kind is FrameKind.CLR:
             self._display(ex, {"type": "clear_output", "wait": args[1] == "1"})
+        elif kind is FrameKind.PAY:
+            item = _json(frame)
+            if not isinstance(item.get("source"), str):
+                raise ProtocolError(f"PAY frame without a source: {frame.payload[:80]!r}")
+            ex.payload.append(item)
         elif kind is FrameKind.VAL:
             ex.data = _bundle_of(frame, _json(frame).get("data"))
         elif kind is FrameKind.ERR:
@@ -716,6 +727,7 @@ class JuliaSupervisor:
             data=ex.data,
             error=ex.error,
             interrupt_path=ex.interrupt_path,
+            payload=ex.payload,
         )
         notices = []
         if result.status == "interrupted" and ex.forced:

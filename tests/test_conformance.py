@@ -139,7 +139,6 @@ class JuliaKernelConformance(jupyter_kernel_test.KernelTests):
         "1 2",
     ]
 
-    code_page_something = "?sum"
     code_generate_error = 'error("conformance error")'
 
     code_execute_result: ClassVar[list[dict[str, Any]]] = [
@@ -291,6 +290,23 @@ class JuliaKernelConformance(jupyter_kernel_test.KernelTests):
                 return reply
 
     # ---- beyond jupyter_kernel_test ----
+
+    def test_pager(self) -> None:
+        """`?name` answers with the docstring as the cell's value, not a pager payload.
+
+        That is what IJulia does, and why: a saved notebook keeps an execute_result and
+        drops a pager payload, and JupyterLab and the console would show the help twice.
+        (jupyter_kernel_test's own test_pager expects the payload, so it is replaced here.)
+        """
+        self.flush_channels()
+        reply, output_msgs = self.execute_helper(code="?sum")
+        self.assertEqual(reply["content"]["status"], "ok")
+        self.assertEqual(reply["content"]["payload"], [])
+        results = [m for m in output_msgs if m["msg_type"] == "execute_result"]
+        self.assertEqual(len(results), 1, output_msgs)
+        data = results[0]["content"]["data"]
+        self.assertIn("sum(itr)", data["text/plain"])
+        self.assertIn("sum(itr)", data["text/markdown"])
 
     def test_kernel_info_advertises_no_unsupported_features(self) -> None:
         """Neither the debugger nor subshells are implemented, so neither is advertised."""

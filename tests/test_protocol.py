@@ -33,6 +33,7 @@ VALID_ARGS: dict[FrameKind, tuple[str, ...]] = {
     FrameKind.INP: ("7", "0"),
     FrameKind.ANS: ("7",),
     FrameKind.ACK: ("123456789012345678",),
+    FrameKind.PAY: ("4",),
     FrameKind.EXE: ("1",),
     FrameKind.EXN: ("1", "In[3]"),
     FrameKind.INT: ("7",),
@@ -396,6 +397,7 @@ ARG_STRATEGIES: dict[FrameKind, tuple[st.SearchStrategy[str], ...]] = {
         for k in (
             FrameKind.DSP, FrameKind.VAL, FrameKind.ERR, FrameKind.ANS, FrameKind.ACK,
             FrameKind.EXE, FrameKind.INT, FrameKind.TXT, FrameKind.NIN, FrameKind.SYN,
+            FrameKind.PAY,
         )
     },
 }  # fmt: skip
