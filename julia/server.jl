@@ -1329,8 +1329,6 @@ function warm_up_steps()
     return Any[
         # jupyter console gives is_complete 1 s, and asks it as soon as the user presses Enter
         () -> answer_query("is_complete", "function f(x)", 0),
-        # the INT path: a cold listener answers its first INT frame only after compiling it
-        () -> handle_frame("INT", 0, SubString{String}[], UInt8[]),
         () -> (drain_output(); set_buffering!(true); set_buffering!(false)),
         cell("1 + 1"),
         cell("error(\"e\")"),
@@ -1477,6 +1475,11 @@ function serve(args)
     @async flusher_loop()
     @async thread_one_loop()
 
+    # The interrupt path must never wait for the compiler: a first INT frame that took the
+    # listener a second to compile (on a loaded machine) was escalated to a forced SIGINT,
+    # and a SIGINT forced into the compiler leaves Julia unusable. ~10 ms here.
+    precompile(handle_frame, (String, Int, Vector{SubString{String}}, Vector{UInt8}))
+    precompile(forward_interrupt, ())
     send_frame("RDY", token)
     send_frame("INF", "", json(Dict("julia_version" => string(VERSION), "pid" => getpid(),
                                     "threads" => Threads.nthreads())))

@@ -67,8 +67,9 @@ _INT_ACK_WAIT = 0.02
 _INT_ACK_MAX = 1.0
 # Allocating loops and blocking ccalls ACK a SIGINT within milliseconds (bench: "interrupt"
 # rows); past this the code has no safepoint (a float spin) and we send a burst, which makes
-# Julia force the throw. Short, so that every shape stops within a second.
-_SIGINT_WAIT = 0.4
+# Julia force the throw. Short, so that every shape stops within a second; not shorter, since
+# Julia also forces the throw into its compiler, which a cold cell may be in for a while.
+_SIGINT_WAIT = 0.5
 _BURST_COUNT = 5
 _BURST_GAP = 0.05
 # After a forced throw the ACK follows within milliseconds; past this we restart.

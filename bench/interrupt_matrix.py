@@ -1,0 +1,137 @@
+"""Interrupt matrix through jupyter_client: every cell shape, many trials, one kernel.
+
+    python -m bench.interrupt_matrix [--trials 20] [--settle 1.0]
+
+One kernel (the installed kernelspec, as a notebook would start it) runs each shape in
+rotation; each trial interrupts it after ``--settle`` seconds with
+``KernelManager.interrupt_kernel()`` and then checks that a variable set at the start is still
+there. Prints, per shape, the median and maximum time from the interrupt to the execute_reply,
+how often state was kept, and how often the interrupt had to be forced (the cell's notice).
+Interrupts must never lose the session: the kernel's promise, measured here rather than
+asserted, since timings on a shared 2-core machine are noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from jupyter_client.manager import KernelManager
+
+SHAPES: dict[str, str] = {
+    "allocating loop": "while true; global junk = [1, 2, 3]; end",
+    "float spin": "function spin_(); x = 0.0; while true; x += 1.0; end; end; spin_()",
+    "sleep": "sleep(1000)",
+    "wait(Condition())": "wait(Condition())",
+    "blocking ccall": "ccall(:sleep, Cuint, (Cuint,), 1000)",
+    "print flood": 'while true; println("tick tock " ^ 8); end',
+    "@async tasks printing": (
+        'ts = [@async while true; println("task ", i); sleep(0.01); end for i in 1:3]; '
+        "sleep(1000)"
+    ),
+    "readline waiting": "readline()",
+    "shell command": ";sleep 1000",
+    "Distributed pmap (local)": "pmap(x -> (sleep(1000); x), workers())",
+}
+SETUP = "using Distributed; addprocs(2); keep = 42"
+REPLY_TIMEOUT = 30.0
+
+
+def _install() -> str:
+    prefix = tempfile.mkdtemp(prefix="jj-matrix-")
+    subprocess.run(
+        [sys.executable, "-m", "jutul_jkernel.install", "--prefix", prefix, "--name", "jj-matrix"],
+        check=True,
+        capture_output=True,
+    )
+    os.environ["JUPYTER_PATH"] = os.path.join(prefix, "share", "jupyter")
+    return "jj-matrix"
+
+
+def _run(kc: Any, code: str, timeout: float) -> tuple[dict, str, str]:
+    """Run ``code``; return (reply, stderr text, result text)."""
+    return _wait(kc, kc.execute(code), timeout)
+
+
+def _wait(kc: Any, msg_id: str, timeout: float) -> tuple[dict, str, str]:
+    deadline = time.monotonic() + timeout
+    reply = None
+    idle = False
+    stderr, result = [], ""
+    while not (reply and idle):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no reply to {msg_id} within {timeout} s")
+        try:
+            m = kc.get_iopub_msg(timeout=min(0.05, left))
+            if m["parent_header"].get("msg_id") == msg_id:
+                if m["msg_type"] == "stream" and m["content"]["name"] == "stderr":
+                    stderr.append(m["content"]["text"])
+                elif m["msg_type"] == "execute_result":
+                    result = m["content"]["data"]["text/plain"]
+                elif m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                    idle = True
+        except queue.Empty:
+            pass
+        if reply is None:
+            try:
+                r = kc.get_shell_msg(timeout=0.001)
+                if r["parent_header"].get("msg_id") == msg_id:
+                    reply = r
+            except queue.Empty:
+                pass
+    return reply, "".join(stderr), result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--settle", type=float, default=1.0)
+    args = parser.parse_args()
+    km = KernelManager(kernel_name=_install())
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    rows: dict[str, list[tuple[float, bool, bool]]] = {name: [] for name in SHAPES}
+    try:
+        kc.wait_for_ready(timeout=60)
+        reply, _, _ = _run(kc, SETUP, 120)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        for trial in range(args.trials):
+            for name, code in SHAPES.items():
+                msg_id = kc.execute(code, allow_stdin=name == "readline waiting")
+                time.sleep(args.settle)
+                t0 = time.monotonic()
+                km.interrupt_kernel()
+                reply, stderr, _ = _wait(kc, msg_id, REPLY_TIMEOUT)
+                took = time.monotonic() - t0
+                _, _, kept = _run(kc, "keep", REPLY_TIMEOUT)
+                if kept != "42":  # lost: set it again so the next trials measure something
+                    _run(kc, SETUP, 120)
+                rows[name].append((took, kept == "42", "forced" in stderr))
+            print(f"trial {trial + 1}/{args.trials} done", file=sys.stderr, flush=True)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=False)
+    print(f"{'shape':28} {'median':>9} {'max':>9}  kept   forced")
+    for name, results in rows.items():
+        times = [t for t, _, _ in results]
+        kept = sum(k for _, k, _ in results)
+        forced = sum(f for _, _, f in results)
+        print(
+            f"{name:28} {statistics.median(times) * 1000:7.0f}ms {max(times) * 1000:7.0f}ms"
+            f"  {kept:2}/{len(results):<2}  {forced:2}"
+        )
+    lost = sum(not k for r in rows.values() for _, k, _ in r)
+    return 1 if lost else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
