@@ -91,6 +91,7 @@ const CURRENT = Ref(0)                 # id of the running evaluation, 0 when id
 const LAST_ID = Ref(0)                 # parent of output produced between evaluations
 const IN_USER = Ref(false)             # the evaluating task is inside user code
 const PENDING_INTERRUPT = Ref(false)   # an interrupt arrived while the server held the task
+const INTERRUPTED_BEFORE_START = Ref(0) # id of a queued evaluation interrupted before it ran
 const QUEUE = Channel{Tuple{Int,String,String,Bool}}(Inf)   # id, code, name, a named cell
 const INPUT_WAIT = Ref{Union{Nothing,Channel{Any}}}(nothing)
 const PIPES = Dict{String,Any}()       # "stdout"/"stderr" => write end of our pipe
@@ -360,6 +361,11 @@ function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
     elseif kind == "INT"
         if id == CURRENT[] && forward_interrupt()
             send_frame("ACK", string(id))
+        elseif id > LAST_ID[]
+            # Sent but not started (the first cell compiles the server for a second): it
+            # starts interrupted, with no signal needed.
+            INTERRUPTED_BEFORE_START[] = id
+            send_frame("ACK", string(id))
         end
     elseif kind == "TXT" || kind == "NIN"
         ch = INPUT_WAIT[]
@@ -551,7 +557,9 @@ function line_buffer_c_stdout!()
 end
 
 function redirect_output!()
-    # The original stdout is the startup log: keep it as the diagnostic channel.
+    # The original stdout is the startup log: keep it as the diagnostic channel. What Julia
+    # buffered for it so far (a -L file's println) goes there before the swap.
+    quietly(() -> flush(stdout))
     DIAG[] = stdout
     rd_out, wr_out = redirect_stdout()
     fd = tryparse(Int, get(ENV, "JUTUL_JKERNEL_STDERR_FD", ""))
@@ -1273,7 +1281,11 @@ function evaluate(id::Int, code::String, name::String, named::Bool)
     PENDING_INTERRUPT[] = false
     cell = named ? cell_number(name, id) : 0
     cell > 0 && (In[cell] = code)
-    status, text, rich, report = run_cell(Main, code, name, cell)
+    status, text, rich, report = if INTERRUPTED_BEFORE_START[] == id
+        ("int", "", nothing, ("InterruptException", "InterruptException:", "InterruptException:"))
+    else
+        run_cell(Main, code, name, cell)
+    end
     try
         finish_evaluation(id, status, text, rich, report)
     catch e

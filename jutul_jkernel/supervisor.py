@@ -272,6 +272,7 @@ class JuliaSupervisor:
         self._incarnation = 0
         self._lost_state: str | None = None  # notice for the next execution after a death
         self._needs_sync = False
+        self._interrupt_pending = False  # interrupt() came while an execution was starting
         self._closed = False
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -356,6 +357,9 @@ class JuliaSupervisor:
                     else encode(FrameKind.EXN, ex.id, name, payload=code.encode())
                 )
                 await self._send(j, frame)
+                if self._interrupt_pending:
+                    self._interrupt_pending = False
+                    ex.interrupter = asyncio.create_task(self._escalate(ex))
                 result = await ex.future
             except asyncio.CancelledError:
                 if self.alive and not ex.future.done():
@@ -377,6 +381,11 @@ class JuliaSupervisor:
         ignored every interrupt) interrupted after a restart, with ``state_kept`` False.
         """
         ex = self._current
+        if ex is None and self._lock.locked():
+            # An execution is about to start (Julia starting, or the SYN after a SIGINT):
+            # interrupt it as soon as it is sent, rather than dropping the request.
+            self._interrupt_pending = True
+            return
         if ex is None or ex.future.done() or (ex.interrupter and not ex.interrupter.done()):
             return
         ex.interrupter = asyncio.create_task(self._escalate(ex))

@@ -1,0 +1,108 @@
+"""Interrupts that used to lose the session: print floods, and an interrupt as a cell starts.
+
+A cell printing flat out queues megabytes of output ahead of Julia's ACK. The supervisor used
+to deliver all of it first, took the silence for an ignored interrupt, forced it and restarted
+Julia (4 times in 7 through jupyter_client). Now the output still in flight is dropped until
+the ACK, and the result says how much.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import time
+from collections.abc import Iterator
+
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager
+
+from jutul_jkernel.supervisor import JuliaSupervisor
+
+from .conftest import STARTUP_TIMEOUT, shared_kernel
+from .test_kernel_client import REPLY_TIMEOUT, collect, execute, result_of, text_of
+
+FLOOD = 'while true; println("tick tock " ^ 8); end'
+RESULT_TIMEOUT = 30.0
+
+
+async def test_print_flood_stops_by_frame_and_keeps_state() -> None:
+    """A slow consumer (IOPub behind) does not turn an interrupt into a forced restart."""
+    received = 0
+
+    def on_output(stream: str, data: bytes) -> None:
+        nonlocal received
+        received += len(data)
+
+    async def slow_consumer() -> None:  # what a busy IOPub thread looks like to the reader
+        await asyncio.sleep(0.005)
+
+    async with JuliaSupervisor(
+        backpressure=slow_consumer, startup_timeout=STARTUP_TIMEOUT
+    ) as julia:
+        await julia.execute("keep = 42")
+        for _ in range(3):
+            received = 0
+            task = asyncio.ensure_future(julia.execute(FLOOD, on_output))
+            while received < 1_000_000:  # flooding for real, with a backlog behind it
+                await asyncio.sleep(0.01)
+            await julia.interrupt()
+            r = await asyncio.wait_for(task, RESULT_TIMEOUT)
+            assert r.status == "interrupted", r
+            assert r.state_kept
+            assert r.interrupt_path == "frame", r  # no signal was needed
+            assert r.notice is not None and "Output cut short" in r.notice, r.notice
+            assert "forced" not in r.notice
+            assert (await julia.execute("keep")).text == "42"
+
+
+async def test_an_interrupt_while_the_cell_starts_is_not_lost() -> None:
+    """interrupt() while execute() is still starting Julia interrupts the cell once sent."""
+    julia = JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT)  # not started: execute starts it
+    try:
+        task = asyncio.ensure_future(julia.execute("sleep(1000)"))
+        await asyncio.sleep(0)  # execute holds the lock and is starting Julia
+        await julia.interrupt()
+        r = await asyncio.wait_for(task, RESULT_TIMEOUT + STARTUP_TIMEOUT)
+        assert r.status == "interrupted", r
+        assert r.state_kept
+    finally:
+        await julia.shutdown()
+
+
+# ---- through jupyter_client ----
+
+Kernel = tuple[KernelManager, BlockingKernelClient]
+
+
+@pytest.fixture(scope="module")
+def kernel(kernel_env: dict[str, str]) -> Iterator[Kernel]:
+    with shared_kernel() as k:
+        yield k
+
+
+@pytest.mark.e2e
+def test_print_flood_through_jupyter_client_keeps_the_session(kernel: Kernel) -> None:
+    km, kc = kernel
+    reply, _ = execute(kc, "keep = 42")
+    assert reply["content"]["status"] == "ok"
+    for _ in range(3):
+        msg_id = kc.execute(FLOOD)
+        streamed = 0
+        deadline = time.monotonic() + REPLY_TIMEOUT
+        while streamed < 1_000_000 and time.monotonic() < deadline:
+            try:
+                msg = kc.get_iopub_msg(timeout=0.1)
+            except queue.Empty:
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
+                streamed += len(msg["content"]["text"])
+        assert streamed >= 1_000_000, "the cell never flooded"
+        km.interrupt_kernel()
+        reply, outputs = collect(kc, msg_id)
+        assert reply["content"]["status"] == "error"
+        assert reply["content"]["ename"] == "InterruptException"
+        notices = text_of(outputs, "stderr")
+        assert "restarted" not in notices and "forced" not in notices, notices
+        _, outputs = execute(kc, "keep")
+        assert result_of(outputs) == "42"
