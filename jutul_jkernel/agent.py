@@ -353,7 +353,7 @@ class Agent:
             self._respond(await self.execute(code))
 
     async def _read_block(self) -> str | None:
-        lines = []
+        lines: list[str] = []
         while True:
             line = await self._lines.get()
             if line is None or (self._tty and line.startswith(_TTY_EOF)):
@@ -534,9 +534,7 @@ def supervisor_from_args(args: argparse.Namespace) -> JuliaSupervisor:
         julia_args.append(f"--project={os.path.abspath(os.path.expanduser(args.project))}")
     for chunk in args.julia_args:
         julia_args.extend(chunk)
-    return JuliaSupervisor(
-        args.julia, julia_args, threads=args.threads, env=dict(args.env) or None
-    )
+    return JuliaSupervisor(args.julia, julia_args, threads=args.threads, env=dict(args.env) or None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,7 +46,7 @@ class AgentProcess:
     """The agent as a child process on pipes, read with bounded waits."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
-        self.stderr = tempfile.TemporaryFile()
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jutul_jkernel.agent", *args],
             stdin=subprocess.PIPE,
@@ -304,9 +304,7 @@ def test_interrupt_sleep_keeps_state_and_sync(agent: AgentProcess, tmp_path: Pat
     assert_in_sync(agent)
 
 
-def test_interrupt_printing_loop_keeps_state_and_sync(
-    agent: AgentProcess, tmp_path: Path
-) -> None:
+def test_interrupt_printing_loop_keeps_state_and_sync(agent: AgentProcess, tmp_path: Path) -> None:
     """A loop printing as fast as it can stops; what it printed ends the body before the note."""
     started, touch = started_file(tmp_path)
     # The file appears once 1,000 lines are out: the interrupt then surely lands mid-loop.
