@@ -229,12 +229,10 @@ class _Response:
 
 def result_outputs(result: ExecutionResult) -> list[Output]:
     """The outputs an execution's result adds after its streams and displays."""
-    notice = (result.notice or "").replace("\n", " ").strip()
+    outputs = [Output("notice", result.notice)] if result.notice else []
     if result.status == "interrupted":
-        kept = "state kept" if result.state_kept else "state lost"
-        line = f"InterruptException: interrupted; {kept}." + (f" {notice}" if notice else "")
-        return [Output("error", line)]
-    outputs = [Output("notice", notice)] if notice else []
+        kept = "state kept" if result.state_kept else "Julia was restarted, state lost"
+        return [*outputs, Output("error", f"InterruptException: interrupted; {kept}.")]
     if result.status == "error":
         err = result.error
         text = _error_text(err.ename, err.traceback) if err else result.text
