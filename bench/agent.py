@@ -1,7 +1,7 @@
 """``python -m bench.agent``: the agent's cost per request, and its interrupts beside clikernel's.
 
     python -m bench.agent                                   # round trip only
-    python -m bench.agent --clikernel /tmp/venv/bin/clikernel --runs 400
+    python -m bench.agent --clikernel /tmp/venv/bin/clikernel --runs 400 --interrupts 10
 
 Round trip: ``1+1`` through the agent's pipes, through the kernel (jupyter_client, as
 ``python -m bench`` measures it) and through a JuliaSupervisor on an event loop in a thread of
@@ -158,27 +158,32 @@ def roundtrip(runs: int, warmup: int = 20, block: int = 20) -> None:
     )
 
 
-def interrupt(name: str, worker: LineWorker, sleep_code: str, started: Path) -> None:
-    """SIGINT a running sleep; report the response and the three requests after it."""
+def interrupt(name: str, worker: LineWorker, sleep_code: str, started: Path, trials: int) -> None:
+    """SIGINT a running sleep ``trials`` times; report each response and the requests after."""
     try:
-        worker.send(sleep_code)
-        ack = worker.line(_ANSWER_WAIT)
-        deadline = time.monotonic() + _START_WAIT
-        while not started.exists() and time.monotonic() < deadline:
-            time.sleep(0.005)
-        t0 = time.perf_counter()
-        worker.proc.send_signal(signal.SIGINT)
-        body = worker.response(_INTERRUPT_WAIT)
-        latency = time.perf_counter() - t0
-        print(f"{name}: ack {ack!r}; after SIGINT:", end=" ")
-        if body is None:
-            print(f"no delimiter within {_INTERRUPT_WAIT:g} s; the worker is", end=" ")
-            print("alive" if worker.proc.poll() is None else f"gone ({worker.proc.returncode})")
-        else:
-            print(f"response {body!r} in {latency * 1e3:.0f} ms")
-        for i in range(3):
-            worker.send(f"{7000 + i} + 1")
-            print(f"  {7000 + i} + 1 -> {worker.response(_ANSWER_WAIT)!r}")
+        worker.send(sleep_code.replace("1000", "0.01"))  # compiled before the timed trials
+        worker.response(_START_WAIT)
+        for trial in range(trials):
+            started.unlink(missing_ok=True)
+            worker.send(sleep_code)
+            ack = worker.line(_ANSWER_WAIT)
+            deadline = time.monotonic() + _START_WAIT
+            while not started.exists() and time.monotonic() < deadline:
+                time.sleep(0.005)
+            t0 = time.perf_counter()
+            worker.proc.send_signal(signal.SIGINT)
+            body = worker.response(_INTERRUPT_WAIT)
+            latency = time.perf_counter() - t0
+            print(f"{name} #{trial + 1}: ack {ack!r}; after SIGINT:", end=" ")
+            if body is None:
+                alive = worker.proc.poll() is None
+                print(f"no delimiter within {_INTERRUPT_WAIT:g} s; the worker is", end=" ")
+                print("alive" if alive else f"gone ({worker.proc.returncode})")
+            else:
+                print(f"response {body!r} in {latency * 1e3:.0f} ms")
+            for i in range(3):
+                worker.send(f"{7000 + i} + 1")
+                print(f"  {7000 + i} + 1 -> {worker.response(_ANSWER_WAIT)!r}")
     finally:
         worker.close()
 
@@ -186,17 +191,19 @@ def interrupt(name: str, worker: LineWorker, sleep_code: str, started: Path) -> 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.agent", description=__doc__)
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--interrupts", type=int, default=5, help="trials with the agent")
     parser.add_argument("--clikernel", metavar="PATH", help="a clikernel executable to compare")
     args = parser.parse_args()
     roundtrip(args.runs)
     with tempfile.TemporaryDirectory() as tmp:
         started = Path(tmp) / "agent-started"
-        interrupt("agent", agent_worker(), f'touch("{started}"); sleep(1000)', started)
+        code = f'touch("{started}"); sleep(1000)'
+        interrupt("agent", agent_worker(), code, started, args.interrupts)
         if args.clikernel:
             started = Path(tmp) / "clikernel-started"
             worker = LineWorker([args.clikernel], "loading complete. session delimiter:")
             code = f"import time; open('{started}', 'w').close(); time.sleep(1000)"
-            interrupt("clikernel", worker, code, started)
+            interrupt("clikernel", worker, code, started, 1)  # it is out of step after one
     return 0
 
 
