@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from . import __version__
-from .install import _env_assignment, _positive_threads, _split_julia_args
+from .install import add_julia_options, julia_flags
 from .streams import StreamCoalescer
 from .supervisor import (
     ExecutionResult,
@@ -497,42 +497,15 @@ def _parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--julia", metavar="PATH", help="julia executable (default: on PATH)")
-    parser.add_argument(
-        "--project",
-        metavar="DIR",
-        help="Julia project (environment) to activate, passed as --project=<absolute DIR>",
-    )
-    parser.add_argument(
-        "--threads", metavar="N", type=_positive_threads, help="a positive integer or 'auto'"
-    )
-    parser.add_argument(
-        "--julia-args",
-        metavar="ARGS",
-        type=_split_julia_args,
-        action="append",
-        default=[],
-        help="extra julia arguments, split like a shell would; write --julia-args='-O3'",
-    )
-    parser.add_argument(
-        "--env",
-        metavar="KEY=VALUE",
-        type=_env_assignment,
-        action="append",
-        default=[],
-        help="environment variable for Julia (repeatable)",
-    )
+    add_julia_options(parser, "the agent")
     return parser
 
 
 def supervisor_from_args(args: argparse.Namespace) -> JuliaSupervisor:
     """A supervisor configured as the command line (then the environment) says."""
-    julia_args: list[str] = []
-    if args.project is not None:
-        julia_args.append(f"--project={os.path.abspath(os.path.expanduser(args.project))}")
-    for chunk in args.julia_args:
-        julia_args.extend(chunk)
-    return JuliaSupervisor(args.julia, julia_args, threads=args.threads, env=dict(args.env) or None)
+    return JuliaSupervisor(
+        args.julia, julia_flags(args), threads=args.threads, env=dict(args.env) or None
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

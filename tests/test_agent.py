@@ -156,6 +156,16 @@ def wait_for_file(path: Path, agent: AgentProcess) -> None:
         time.sleep(0.01)
 
 
+def interrupt_once(agent: AgentProcess, directory: Path, code: str) -> str:
+    """Send ``code`` (TOUCH in it creates a file), SIGINT the agent once it has; return the body."""
+    started, touch = started_file(directory)
+    agent.send_request(code.replace("TOUCH", touch))
+    agent.read_ack()
+    wait_for_file(started, agent)
+    os.kill(agent.proc.pid, signal.SIGINT)
+    return agent.read_body()
+
+
 @pytest.fixture(scope="module")
 def agent() -> Iterator[AgentProcess]:
     """One agent for the tests that keep it alive; the leftover guard accepts its Julia."""
@@ -289,12 +299,7 @@ def test_stray_delimiter_line_is_a_protocol_error(agent: AgentProcess) -> None:
 def test_interrupt_sleep_keeps_state_and_sync(agent: AgentProcess, tmp_path: Path) -> None:
     """SIGINT to the agent stops `sleep(1000)` with state kept; later requests stay in sync."""
     agent.request("kept = 123")
-    started, touch = started_file(tmp_path)
-    agent.send_request(f'{touch}; println("before"); sleep(1000)')
-    agent.read_ack()
-    wait_for_file(started, agent)
-    os.kill(agent.proc.pid, signal.SIGINT)
-    body = agent.read_body()
+    body = interrupt_once(agent, tmp_path, 'TOUCH; println("before"); sleep(1000)')
     assert body == (
         "<stdout>\nbefore\n</stdout>\n<error>\nInterruptException: interrupted; state kept.\n"
         "</error>"
@@ -306,13 +311,9 @@ def test_interrupt_sleep_keeps_state_and_sync(agent: AgentProcess, tmp_path: Pat
 
 def test_interrupt_printing_loop_keeps_state_and_sync(agent: AgentProcess, tmp_path: Path) -> None:
     """A loop printing as fast as it can stops; what it printed ends the body before the note."""
-    started, touch = started_file(tmp_path)
     # The file appears once 1,000 lines are out: the interrupt then surely lands mid-loop.
-    agent.send_request(f"n = 0; while true; global n += 1; println(n); n == 1000 && {touch}; end")
-    agent.read_ack()
-    wait_for_file(started, agent)
-    os.kill(agent.proc.pid, signal.SIGINT)
-    body = agent.read_body()
+    code = "n = 0; while true; global n += 1; println(n); n == 1000 && TOUCH; end"
+    body = interrupt_once(agent, tmp_path, code)
     assert body.startswith("<stdout>\n1\n2\n3\n"), body[:200]
     assert body.endswith("<error>\nInterruptException: interrupted; state kept.\n</error>")
     n = int(agent.request("n"))
