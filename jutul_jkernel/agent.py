@@ -283,7 +283,7 @@ class Agent:
         except JuliaStartupError as exc:
             self._write(f"error: Julia did not start, so the agent stops.\n{exc}\n")
             return 1
-        self._write(self._banner())
+        self._write(await self._banner())
         self._write(f"{MARKER}\n{self.delimiter}\n")
         try:
             await self._serve()
@@ -302,13 +302,21 @@ class Agent:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _banner(self) -> str:
+    async def _banner(self) -> str:
+        """What Julia printed while starting, and a line saying which Julia this is."""
         sup = self.supervisor
         early = ""
-        if sup.log_path is not None:
+        if sup.log_path is not None:  # written before the server took fds 1 and 2 over
             with contextlib.suppress(OSError):
                 early = sup.log_path.read_text(errors="replace")
-        early += "".join(text for _, text in self._stray_chunks())
+        # Written after that, it may still be in the server's pipes: an execution's result comes
+        # only after all output before it, so one empty execution brings all of it here.
+        chunks = self._take_stray()
+        try:
+            await sup.execute("nothing", lambda stream, data: chunks.append((stream, data)))
+        except JuliaDiedError as exc:
+            early += f"{exc}\n"
+        early += b"".join(data for _, data in chunks).decode("utf-8", "replace")
         early = early if not early or early.endswith("\n") else early + "\n"
         return (
             f"{early}Julia {sup.julia_version} (pid {sup.pid}), supervised by "
@@ -365,9 +373,9 @@ class Agent:
         self._requests += 1
         number = self._requests
         response = _Response()
-        for stream, data in self._stray_chunks():
-            response.stream(stream, data)
         out = StreamCoalescer(response.stream)
+        for stream, data in self._take_stray():  # printed by background tasks since the last
+            out.write(stream, data)
 
         def on_display(msg: dict[str, Any]) -> None:
             out.flush()
@@ -399,9 +407,8 @@ class Agent:
             out.flush(final=True)
         return render(response.finish(extra))
 
-    def _stray_chunks(self) -> list[tuple[str, str]]:
-        chunks = [(s, d.decode("utf-8", "replace")) for s, d in self._stray]
-        self._stray.clear()
+    def _take_stray(self) -> list[tuple[str, bytes]]:
+        chunks, self._stray = self._stray, []
         return chunks
 
     # ---- I/O ----

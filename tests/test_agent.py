@@ -371,11 +371,25 @@ def test_end_of_input_stops_julia_and_the_agent(own_agent: AgentProcess) -> None
 
 
 def test_options_reach_julia(tmp_path: Path) -> None:
-    """--threads, --env and --project set up Julia as the kernel's installer options do."""
+    """--threads, --env, --project and --julia-args set up Julia as the installer's options do."""
     project = tmp_path / "proj"
     project.mkdir()
-    a = AgentProcess("--threads", "2", "--env", "AGENT_PROBE=yes", "--project", str(project))
+    preload = tmp_path / "preload.jl"
+    preload.write_text(
+        'println("hello from preload"); flush(stdout); println(stderr, "warning from preload")'
+    )
+    a = AgentProcess(
+        "--threads",
+        "2",
+        "--env",
+        "AGENT_PROBE=yes",
+        "--project",
+        str(project),
+        f"--julia-args=-L {preload}",
+    )
     try:
+        # What Julia prints while starting comes before the marker line.
+        assert "hello from preload" in a.banner and "warning from preload" in a.banner, a.banner
         assert a.request("Threads.nthreads()") == "2"
         assert a.request('ENV["AGENT_PROBE"]') == '"yes"'
         assert a.request("dirname(Base.active_project())") == json.dumps(str(project))
