@@ -388,7 +388,10 @@ class Agent:
             # cancels the request before it runs instead of being lost.
             await self.supervisor.start()
             if self._interrupted == number:
-                extra = [Output("error", "InterruptException: interrupted before it ran.")]
+                # Run nothing, only to hear what the supervisor has to say (a lost state).
+                notice = (await self.supervisor.execute("nothing")).notice
+                extra = [Output("notice", notice)] if notice else []
+                extra.append(Output("error", "InterruptException: interrupted before it ran."))
             else:
                 result = await self.supervisor.execute(
                     code,

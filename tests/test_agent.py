@@ -349,6 +349,28 @@ def test_crash_is_explained_and_the_next_request_recovers(own_agent: AgentProces
     assert_in_sync(own_agent)
 
 
+def test_interrupt_while_julia_restarts_is_not_lost(own_agent: AgentProcess) -> None:
+    """SIGINT right after the acknowledgement, while a fresh Julia starts, still interrupts.
+
+    Julia needs a second or more to start, so the signal usually lands before the request runs
+    (then it never runs); if Julia was quicker, it interrupts the running sleep. Either way the
+    response comes, instead of a sleep of 1,000 s.
+    """
+    assert own_agent.request("exit(3)").startswith("JuliaDied: Julia exited with status 3.")
+    own_agent.send_request("sleep(1000)")
+    own_agent.read_ack()
+    os.kill(own_agent.proc.pid, signal.SIGINT)
+    body = own_agent.read_body()
+    assert "fresh Julia session" in body, body  # the restart is said either way
+    assert body.endswith(
+        (
+            "InterruptException: interrupted before it ran.\n</error>",
+            "InterruptException: interrupted; state kept.\n</error>",
+        )
+    ), body
+    assert_in_sync(own_agent)
+
+
 def test_exit_request_stops_julia_and_the_agent(own_agent: AgentProcess) -> None:
     julia = own_agent.julia()
     own_agent.send("exit()\n")
