@@ -271,6 +271,22 @@ def test_display_updates_replace_in_place(agent: AgentProcess) -> None:
     )
 
 
+def test_long_output_keeps_its_start_and_end(agent: AgentProcess) -> None:
+    """Past 256 K characters the middle is cut, and the body says how much."""
+    full = "".join(str(i) * 100_000 + "\n" for i in range(1, 7))
+    body = agent.request("for i in 1:6; println(string(i)^100_000); end")
+    keep = 256 * 1024
+    hidden = len(full) - 2 * keep
+    assert (
+        body
+        == (
+            f"<stdout>\n{full[:keep]}\n</stdout>\n"  # the tag closes on a line of its own
+            f"<notice>\n[jutul-jkernel agent: {hidden} characters of output cut here]\n</notice>\n"
+            f"<stdout>\n{full[-keep:]}</stdout>"
+        )
+    )
+
+
 def test_readline_is_refused_and_names_the_reason(agent: AgentProcess) -> None:
     """stdin carries requests: reading it from Julia would swallow the next request."""
     body = agent.request("readline()")
@@ -392,6 +408,11 @@ def test_end_of_input_stops_julia_and_the_agent(own_agent: AgentProcess) -> None
     julia.wait(REAP_GRACE)
 
 
+def other_thread_count() -> str:
+    """A thread count the agent would not choose itself (Julia 1.5 allows at most one a core)."""
+    return "1" if default_threads() > 1 else str(min(2, os.cpu_count() or 1))
+
+
 def test_options_reach_julia(tmp_path: Path) -> None:
     """--threads, --env, --project and --julia-args set up Julia as the installer's options do."""
     project = tmp_path / "proj"
@@ -400,9 +421,10 @@ def test_options_reach_julia(tmp_path: Path) -> None:
     preload.write_text(
         'println("hello from preload"); flush(stdout); println(stderr, "warning from preload")'
     )
+    threads = other_thread_count()
     a = AgentProcess(
         "--threads",
-        "2",
+        threads,
         "--env",
         "AGENT_PROBE=yes",
         "--project",
@@ -412,7 +434,7 @@ def test_options_reach_julia(tmp_path: Path) -> None:
     try:
         # What Julia prints while starting comes before the marker line.
         assert "hello from preload" in a.banner and "warning from preload" in a.banner, a.banner
-        assert a.request("Threads.nthreads()") == "2"
+        assert a.request("Threads.nthreads()") == threads
         assert a.request('ENV["AGENT_PROBE"]') == '"yes"'
         assert a.request("dirname(Base.active_project())") == json.dumps(str(project))
     finally:
@@ -421,7 +443,7 @@ def test_options_reach_julia(tmp_path: Path) -> None:
 
 def test_environment_variables_reach_julia(tmp_path: Path) -> None:
     """Without flags, the kernel's variables (JUTUL_JKERNEL_THREADS, ...) configure the agent."""
-    threads = "1" if default_threads() > 1 else "2"  # not what the agent would choose itself
+    threads = other_thread_count()
     env = {**os.environ, "JUTUL_JKERNEL_THREADS": threads, "JUTUL_JKERNEL_JULIA_ARGS": "-O1"}
     a = AgentProcess(env=env)
     try:
