@@ -15,13 +15,15 @@ clikernel (a Python worker for LLM agents):
   is printed as it is; several are wrapped in tags (``<stdout>``, ``<stderr>``,
   ``<display_data mime="...">``, ``<execute_result>``, ``<error>``, ``<notice>``), in the order
   they happened. A rich value shows its text/plain; an image shows a note of its MIME type,
-  size and (PNG) dimensions, never its bytes.
+  size and (PNG) dimensions, never its bytes. A misplaced delimiter line, or input that ends
+  inside a multi-line request, gets a ``<protocol-error>`` response; nothing runs.
 
 Invariants: exactly one response per request, always ended by the delimiter line; no line of a
 response body equals the delimiter (a body line that starts with the delimiter, after any
 backslashes, gets one more backslash in front, which a client can strip to recover it); SIGINT
 interrupts the running request and never the agent; Julia runs in its own process group, so a
 Ctrl-C on the terminal reaches only the agent, which passes it on through the supervisor.
+POSIX only: it needs termios and asyncio's signal handlers.
 """
 
 from __future__ import annotations
