@@ -101,6 +101,47 @@ def _split_julia_args(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(msg) from None
 
 
+def add_julia_options(parser: argparse.ArgumentParser, who: str) -> None:
+    """Add the Julia settings (--julia, --threads, --project, --julia-args, --env) to ``parser``.
+
+    ``who`` names what starts Julia (the kernel, the agent) in the help texts. The kernel's
+    installer and the agent take the same options; :func:`julia_flags` turns them into flags.
+    """
+    parser.add_argument(
+        "--julia",
+        metavar="PATH",
+        help=f"julia executable to run (default: `julia` on PATH when {who} starts)",
+    )
+    parser.add_argument(
+        "--threads",
+        metavar="N",
+        type=_positive_threads,
+        help="Julia threads: a positive integer or 'auto'",
+    )
+    parser.add_argument(
+        "--project",
+        metavar="DIR",
+        help="Julia project (environment) to activate, passed as --project=<absolute DIR>",
+    )
+    parser.add_argument(
+        "--julia-args",
+        metavar="ARGS",
+        type=_split_julia_args,
+        action="append",
+        default=[],
+        help="extra julia command-line arguments, split like a shell would; "
+        "write --julia-args='-O3' when ARGS starts with a dash",
+    )
+    parser.add_argument(
+        "--env",
+        metavar="KEY=VALUE",
+        type=_env_assignment,
+        action="append",
+        default=[],
+        help=f"extra environment variable for {who} (repeatable)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jutul-jkernel-install",
@@ -140,39 +181,7 @@ def _parser() -> argparse.ArgumentParser:
         default=_DEFAULT_DISPLAY_NAME,
         help=f"name shown in the notebook UI (default: {_DEFAULT_DISPLAY_NAME!r})",
     )
-    parser.add_argument(
-        "--julia",
-        metavar="PATH",
-        help="julia executable to run (default: `julia` on PATH when the kernel starts)",
-    )
-    parser.add_argument(
-        "--threads",
-        metavar="N",
-        type=_positive_threads,
-        help="Julia threads: a positive integer or 'auto'",
-    )
-    parser.add_argument(
-        "--project",
-        metavar="DIR",
-        help="Julia project (environment) to activate, passed as --project=<absolute DIR>",
-    )
-    parser.add_argument(
-        "--julia-args",
-        metavar="ARGS",
-        type=_split_julia_args,
-        action="append",
-        default=[],
-        help="extra julia command-line arguments, split like a shell would; "
-        "write --julia-args='-O3' when ARGS starts with a dash",
-    )
-    parser.add_argument(
-        "--env",
-        metavar="KEY=VALUE",
-        type=_env_assignment,
-        action="append",
-        default=[],
-        help="extra environment variable for the kernel (repeatable)",
-    )
+    add_julia_options(parser, "the kernel")
     parser.add_argument(
         "--uninstall",
         action="store_true",
@@ -272,7 +281,7 @@ def _kernel_env(args: argparse.Namespace, julia: _JuliaChoice) -> dict[str, str]
         env[_ENV_JULIA] = julia.command
     if args.threads is not None:
         env[_ENV_THREADS] = args.threads
-    julia_args = _julia_args(args)
+    julia_args = julia_flags(args)
     if julia_args:
         env[_ENV_JULIA_ARGS] = shlex.join(julia_args)
     env.update(args.env)  # _env_conflict already refused keys the options above own
@@ -284,7 +293,7 @@ def _env_conflict(args: argparse.Namespace) -> str | None:
     owned = {
         _ENV_JULIA: "--julia" if args.julia is not None else None,
         _ENV_THREADS: "--threads" if args.threads is not None else None,
-        _ENV_JULIA_ARGS: "--project/--julia-args" if _julia_args(args) else None,
+        _ENV_JULIA_ARGS: "--project/--julia-args" if julia_flags(args) else None,
     }
     for key, _ in args.env:
         if owned.get(key):
@@ -292,7 +301,8 @@ def _env_conflict(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _julia_args(args: argparse.Namespace) -> list[str]:
+def julia_flags(args: argparse.Namespace) -> list[str]:
+    """The julia flags that --project and --julia-args ask for."""
     extra: list[str] = []
     if args.project is not None:
         extra.append(f"--project={os.path.abspath(os.path.expanduser(args.project))}")
@@ -324,7 +334,7 @@ def _location(args: argparse.Namespace) -> tuple[bool, str | None, str]:
 
 def _install(args: argparse.Namespace) -> int:
     julia = _choose_julia(args.julia)
-    julia_args = _julia_args(args)
+    julia_args = julia_flags(args)
     version: str | None = None
     if not args.no_check:
         try:
