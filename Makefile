@@ -1,13 +1,17 @@
 # make setup: a .venv with the package (editable) and its test extra, and a Julia to run.
-# make test:  setup, then the whole suite.   make demo: setup, then the main job.
+# make test:  setup, what only the tests need (a browser), then the whole suite.
+# make demo:  setup, then the main job.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup test demo bench clean
+.PHONY: setup setup-test test demo bench clean
 setup: $(STAMP)
 	@bash scripts/ensure-julia.sh
+
+# Only tests/test_jupyterlab.py drives a browser: the demo does not need one.
+setup-test: setup
 	@bash scripts/ensure-browser.sh
 
 $(STAMP): pyproject.toml
@@ -16,7 +20,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	@touch $(STAMP)
 
-test: setup
+test: setup-test
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: setup

@@ -5,11 +5,12 @@ execute / complete / inspect / is_complete / history / interrupt / shutdown requ
 :class:`~jutul_jkernel.supervisor.JuliaSupervisor` and publishes what comes back on IOPub with
 the request as parent. Everything a cell produces is published before its reply.
 
-ipykernel facts this relies on (see ../shared/notes/jupyter.md): interrupt_request and
+ipykernel facts this relies on (checked with ipykernel 7.4): interrupt_request and
 shutdown_request run on the control thread while do_execute awaits on the main loop, so they
 hand work to the main loop thread-safely; the stock interrupt would SIGINT our own process
 group, and the stock pre-handler hook turns SIGINT into a KeyboardInterrupt that kills the
-asyncio loop, so both are replaced.
+asyncio loop, so both are replaced. Everything of a cell is published before its reply, since
+clients stop reading IOPub at the cell's idle.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Make sure a Julia the kernel can use is on this machine.
 #
-# Debian bookworm has no julia package; bullseye's julia 1.5.3 installs cleanly on it, using a
-# private apt sources file so the system's own sources stay untouched (see
-# ../shared/notes/julia-platform.md). libunwind8 must be bullseye's 1.3.2: with bookworm's 1.6.2,
-# Julia 1.5.3 segfaults while collecting an InterruptException's backtrace.
+# Debian bookworm has no julia package; bullseye's julia 1.5.3 (and its dependencies) install
+# cleanly on it. A private apt sources file (the machine's own sources plus a copy of their
+# first stanza with `Suites: bullseye`) keeps the system's sources untouched. libunwind8 must
+# be bullseye's 1.3.2: with bookworm's 1.6.2, Julia 1.5.3 segfaults while collecting an
+# InterruptException's backtrace (inside libunwind's dwarf_search_unwind_table).
 # Elsewhere we only explain what to do: installing Julia is the user's choice (juliaup).
 set -euo pipefail
 
