@@ -46,6 +46,12 @@ from .supervisor import (
 
 # A kernel_info_request waits this long for Julia to report its version.
 _KERNEL_INFO_WAIT = 10.0
+# jupyter console waits 1 s for an is_complete_reply and, on the first miss, stops asking for
+# the rest of the session (multi-line input then breaks). Julia answers in milliseconds, but
+# not while it compiles (a cold start on a loaded machine): past this we answer "unknown",
+# and the console runs the input as typed. A client that waits longer (console's
+# kernel_is_complete_timeout) can be matched with JUTUL_JKERNEL_IS_COMPLETE_WAIT (seconds).
+_IS_COMPLETE_WAIT = 0.8
 # interrupt_request returns (and ipykernel publishes its `idle`) only once the interrupted cell
 # has published its outcome, or after this long. The supervisor's escalation ends a cell well
 # within it, by a restart if nothing else works.
@@ -95,6 +101,9 @@ class JuliaKernel(Kernel):
             on_stray_output=self._stray_output, backpressure=self._iopub_backpressure
         )
         self._unsynced_bytes = 0
+        self._is_complete_wait = _positive_seconds(
+            "JUTUL_JKERNEL_IS_COMPLETE_WAIT", _IS_COMPLETE_WAIT, self.log
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._julia_start: asyncio.Task[None] | None = None
         self._history: deque[tuple[int, int, str, str | None]] = deque(maxlen=_HISTORY_LIMIT)
@@ -542,8 +551,10 @@ class JuliaKernel(Kernel):
     async def do_is_complete(self, code: str) -> dict[str, Any]:
         """Handle an is_complete request by parsing the code in Julia."""
         try:
-            answer = await self.supervisor.is_complete(code)
-        except (JuliaDiedError, JuliaStartupError, TimeoutError):
+            answer = await asyncio.wait_for(
+                self.supervisor.is_complete(code), self._is_complete_wait
+            )
+        except (JuliaDiedError, JuliaStartupError, TimeoutError, asyncio.TimeoutError):
             return {"status": "unknown"}
         reply = {"status": answer.get("status", "unknown")}
         if reply["status"] == "incomplete":
@@ -594,6 +605,19 @@ class JuliaKernel(Kernel):
             }
         history = [(s, line, (code, out) if output else code) for s, line, code, out in selected]
         return {"status": "ok", "history": history}
+
+
+def _positive_seconds(name: str, default: float, log: logging.Logger | Any) -> float:
+    """Seconds from the environment variable ``name``; a bad value is logged, not fatal."""
+    value = os.environ.get(name, "")
+    try:
+        seconds = float(value) if value else default
+    except ValueError:
+        seconds = -1.0
+    if seconds <= 0:
+        log.warning("%s=%r is not a positive number of seconds; using %g", name, value, default)
+        return default
+    return seconds
 
 
 def _query_failed(exc: Exception) -> dict[str, Any]:

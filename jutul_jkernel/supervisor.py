@@ -41,7 +41,7 @@ from .protocol import Decoder, Frame, FrameKind, ProtocolError, encode
 log = logging.getLogger(__name__)
 
 OutputCallback = Callable[[str, bytes], None]
-InterruptPath = Literal["frame", "sigint", "forced", "restart"]
+InterruptPath = Literal["unsent", "frame", "sigint", "forced", "restart"]
 DisplayCallback = Callable[[dict[str, Any]], None]
 InputCallback = Callable[[str, bool], Awaitable[str]]
 
@@ -137,8 +137,9 @@ class ExecutionResult:
     error: ErrorInfo | None = None
     state_kept: bool = True  # False when Julia had to be restarted during this execution
     notice: str | None = None  # something the user should be told (a restart, a forced interrupt)
-    # How far the last interrupt escalated before Julia took it: "frame" (the INT frame, no
-    # signal), "sigint", "forced" (a burst of SIGINTs), "restart"; None if never interrupted.
+    # How far the last interrupt escalated before Julia took it: "unsent" (interrupted while it
+    # was starting: never ran), "frame" (the INT frame, no signal), "sigint", "forced" (a burst
+    # of SIGINTs), "restart"; None if never interrupted.
     interrupt_path: InterruptPath | None = None
     # Jupyter execute_reply payloads the cell asked for (IJulia.load: set_next_input).
     payload: list[dict[str, Any]] = field(default_factory=list)
@@ -356,10 +357,14 @@ class JuliaSupervisor:
                     if name is None
                     else encode(FrameKind.EXN, ex.id, name, payload=code.encode())
                 )
-                await self._send(j, frame)
                 if self._interrupt_pending:
+                    # Interrupted before it was sent: it never runs, and nothing needs a signal
+                    # (a cold Julia compiling its first cell is where a forced SIGINT hurts).
                     self._interrupt_pending = False
-                    ex.interrupter = asyncio.create_task(self._escalate(ex))
+                    ex.interrupt_path = "unsent"
+                    self._resolve(ex, "int", "InterruptException")
+                else:
+                    await self._send(j, frame)
                 result = await ex.future
             except asyncio.CancelledError:
                 if self.alive and not ex.future.done():

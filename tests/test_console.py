@@ -149,8 +149,14 @@ def console(e2e_jupyter_env: dict[str, str]) -> Iterator[Console]:
     so the autouse guard in conftest.py cannot see it: the processes noted while the console
     ran are checked here instead.
     """
-    # No cursor-position requests: nothing in a pexpect terminal would answer them.
-    env = {**e2e_jupyter_env, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
+    # No cursor-position requests: nothing in a pexpect terminal would answer them. The kernel
+    # answers is_complete "unknown" after its own wait; match it to the console's patience.
+    env = {
+        **e2e_jupyter_env,
+        "TERM": "xterm",
+        "PROMPT_TOOLKIT_NO_CPR": "1",
+        "JUTUL_JKERNEL_IS_COMPLETE_WAIT": str(IS_COMPLETE_TIMEOUT - 1),
+    }
     con = Console(env)
     try:
         yield con

@@ -66,6 +66,8 @@ async def test_an_interrupt_while_the_cell_starts_is_not_lost() -> None:
         r = await asyncio.wait_for(task, RESULT_TIMEOUT + STARTUP_TIMEOUT)
         assert r.status == "interrupted", r
         assert r.state_kept
+        assert r.interrupt_path == "unsent", r  # it never ran, so nothing was signalled
+        assert (await julia.execute("1 + 1")).text == "2"
     finally:
         await julia.shutdown()
 

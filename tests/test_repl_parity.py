@@ -307,3 +307,32 @@ async def test_display_and_clear_output_from_another_thread() -> None:
         kinds = [m["type"] for m in shown]
         assert kinds == ["display_data"] * 20 + ["clear_output"], shown
         assert shown[0]["data"]["text/html"] == "<b>from thread 2</b>"
+
+
+def test_is_complete_answers_unknown_while_julia_is_busy(kernel: Kernel, tmp_path: Path) -> None:
+    """jupyter console gives up on is_complete for good after one 1 s miss: answer in time."""
+    _, kc = kernel
+    started = tmp_path / "spinning"
+    # After the cell has ended, a background task holds Julia's only thread for 4 s; it marks
+    # the start with a file (a synchronous write: Julia does not yield there).
+    ok(
+        kc,
+        f"busy = @async (sleep(0.3); touch({jl(started)}); t0 = time(); "
+        "while time() - t0 < 4; end); nothing",
+    )
+    deadline = time.monotonic() + REPLY_TIMEOUT
+    while not started.exists():
+        assert time.monotonic() < deadline, "the background task never started"
+        time.sleep(0.02)
+    assert is_complete(kc, "function f(x)") == "unknown"
+    ok(kc, "wait(busy)")
+    assert is_complete(kc, "function f(x)") == "incomplete"
+
+
+def is_complete(kc: BlockingKernelClient, code: str) -> str:
+    msg_id = kc.is_complete(code)
+    deadline = time.monotonic() + REPLY_TIMEOUT
+    while True:
+        reply = kc.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return str(reply["content"]["status"])
