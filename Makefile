@@ -13,6 +13,7 @@ setup: $(STAMP)
 # Only tests/test_jupyterlab.py drives a browser: the demo does not need one.
 setup-test: setup
 	@bash scripts/ensure-browser.sh
+	@bash scripts/ensure-xvfb.sh
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
