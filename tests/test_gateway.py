@@ -41,7 +41,9 @@ from jupyter_client.blocking.client import BlockingKernelClient
 
 from . import conftest
 from .conftest import install_spec
+from .test_kernel_client import collect, result_of
 from .test_notebooks import GOLDEN, code_cells, normalise
+from .test_xvfb import wait_gone
 
 pytestmark = pytest.mark.e2e
 
@@ -53,7 +55,6 @@ KERNEL_START_TIMEOUT = 90.0
 REPLY_TIMEOUT = 30.0
 # A server stops its kernels on SIGTERM (each within jupyter_client's 5 s) before it exits.
 SERVER_STOP_TIMEOUT = 20.0
-GONE_WITHIN = 10.0
 # Round trips of a trivial cell, per path, for the gateway/direct ratio.
 ROUND_TRIPS = int(os.environ.get("JKERNEL_GATEWAY_ROUND_TRIPS", "200"))
 
@@ -161,23 +162,6 @@ def start_server(
         server.stop()
         raise
     return server
-
-
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def wait_gone(procs: list[psutil.Process], within: float = GONE_WITHIN) -> list[psutil.Process]:
-    """Wait (bounded) until none of ``procs`` runs; return those still running."""
-    deadline = time.monotonic() + within
-    left = [p for p in procs if _alive(p)]
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = [p for p in left if _alive(p)]
-    return left
 
 
 def describe(procs: list[psutil.Process]) -> list[str]:
@@ -614,24 +598,10 @@ def _round_trip_direct(kc: BlockingKernelClient, ws: WsKernel) -> float:
     t0 = time.perf_counter()
     msg_id = kc.execute("1")
     ws.foreign.add(msg_id)  # the websocket sees this cell's IOPub too
-    deadline = time.monotonic() + REPLY_TIMEOUT
-    reply = None
-    while reply is None:
-        msg = kc.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
-        if msg["parent_header"].get("msg_id") == msg_id:
-            reply = msg
-    result = None
-    while True:
-        msg = kc.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "execute_result":
-            result = msg["content"]["data"]["text/plain"]
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            break
+    reply, outputs = collect(kc, msg_id, REPLY_TIMEOUT)
     elapsed = time.perf_counter() - t0
     assert reply["content"]["status"] == "ok"
-    assert result == "1"
+    assert result_of(outputs) == "1"
     return elapsed
 
 

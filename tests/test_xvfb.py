@@ -19,13 +19,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-import zmq
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 from jutul_jkernel.xvfb import Xvfb, XvfbError
 
-from .conftest import START_TIMEOUT, install_spec, julia_descendants, stop_kernel
+from .conftest import install_spec, julia_descendants, start_kernel, stop_kernel
 from .test_kernel_client import execute, result_of, text_of
 
 pytestmark = pytest.mark.e2e
@@ -93,24 +92,10 @@ def seen() -> Iterator[Seen]:
     assert not left, f"Xvfb left behind: {[p.pid for p in left]}"
 
 
-def start(name: str) -> tuple[KernelManager, BlockingKernelClient]:
-    km = KernelManager(kernel_name=name)
-    km.start_kernel()
-    km.context.setsockopt(zmq.RCVHWM, 0)
-    kc = km.client()
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=START_TIMEOUT)
-    except RuntimeError:
-        stop_kernel(km, kc)
-        raise
-    return km, kc
-
-
 @pytest.fixture
 def kernel(xvfb_env: Path, seen: Seen) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
     """A ``--xvfb`` kernel, stopped before ``seen`` checks that its Xvfb is gone."""
-    km, kc = start(XVFB_KERNEL)
+    km, kc = start_kernel(XVFB_KERNEL)
     try:
         yield km, kc
     finally:
@@ -170,7 +155,7 @@ def test_the_display_refuses_clients_without_the_cookie(
 
 def test_concurrent_kernels_get_their_own_displays(xvfb_env: Path, seen: Seen) -> None:
     """Two kernels started together each get a display of their own, both usable."""
-    kernels = [start(XVFB_KERNEL), start(XVFB_KERNEL)]
+    kernels = [start_kernel(XVFB_KERNEL), start_kernel(XVFB_KERNEL)]
     try:
         displays = []
         for km, kc in kernels:
@@ -187,7 +172,7 @@ def test_concurrent_kernels_get_their_own_displays(xvfb_env: Path, seen: Seen) -
 
 def test_shutdown_ends_xvfb(xvfb_env: Path, seen: Seen) -> None:
     """An orderly shutdown stops the kernel's Xvfb with Julia."""
-    km, kc = start(XVFB_KERNEL)
+    km, kc = start_kernel(XVFB_KERNEL)
     try:
         xvfb = seen.xvfb_of(km)
         julia = julia_descendants()
@@ -199,7 +184,7 @@ def test_shutdown_ends_xvfb(xvfb_env: Path, seen: Seen) -> None:
 
 def test_sigkilled_kernel_takes_xvfb_along(xvfb_env: Path, seen: Seen) -> None:
     """SIGKILL runs no code of the kernel's; Xvfb and Julia still end (parent-death signal)."""
-    km, kc = start(XVFB_KERNEL)
+    km, kc = start_kernel(XVFB_KERNEL)
     try:
         reply, _ = execute(kc, "1 + 1")
         assert reply["content"]["status"] == "ok"
@@ -218,7 +203,7 @@ def test_missing_xvfb_is_a_clear_error_in_the_cell(xvfb_env: Path) -> None:
     """With the spec's Xvfb missing, each cell fails saying what is missing and how to get it,
     the kernel stays up, and no Julia starts without the display it was promised."""
     missing = xvfb_env
-    km, kc = start(MISSING_KERNEL)
+    km, kc = start_kernel(MISSING_KERNEL)
     try:
         for _ in range(2):
             reply, outputs = execute(kc, "1 + 1")
