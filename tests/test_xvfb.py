@@ -54,6 +54,7 @@ class Seen:
 
     def __init__(self) -> None:
         self.procs: list[psutil.Process] = []
+        self.dirs: list[Path] = []
 
     def xvfb_of(self, km: KernelManager) -> psutil.Process:
         """The kernel's Xvfb (its direct child), recorded for the end-of-test check."""
@@ -62,7 +63,14 @@ class Seen:
         found = [p for p in psutil.Process(pid).children() if p.name() == "Xvfb"]
         assert len(found) == 1, f"expected one Xvfb child of the kernel, found {found}"
         self.procs.append(found[0])
+        self.dirs.append(auth_dir(found[0]))
         return found[0]
+
+
+def auth_dir(xvfb: psutil.Process) -> Path:
+    """The private directory of an Xvfb's cookie (its ``-auth`` file's parent)."""
+    argv = xvfb.cmdline()
+    return Path(argv[argv.index("-auth") + 1]).parent
 
 
 def _alive(p: psutil.Process) -> bool:
@@ -89,6 +97,8 @@ def seen() -> Iterator[Seen]:
     left = wait_gone(record.procs)
     for p in left:
         p.kill()
+    for d in record.dirs:  # a SIGKILLed kernel cannot remove its cookie's directory
+        shutil.rmtree(d, ignore_errors=True)
     assert not left, f"Xvfb left behind: {[p.pid for p in left]}"
 
 
@@ -171,30 +181,38 @@ def test_concurrent_kernels_get_their_own_displays(xvfb_env: Path, seen: Seen) -
 
 
 def test_shutdown_ends_xvfb(xvfb_env: Path, seen: Seen) -> None:
-    """An orderly shutdown stops the kernel's Xvfb with Julia."""
+    """An orderly shutdown stops the kernel's Xvfb with Julia and removes its cookie."""
     km, kc = start_kernel(XVFB_KERNEL)
     try:
         xvfb = seen.xvfb_of(km)
+        cookie_dir = auth_dir(xvfb)
+        assert (cookie_dir / "Xauthority").is_file()
         julia = julia_descendants()
         assert julia
     finally:
         stop_kernel(km, kc)
     assert not wait_gone([xvfb, *julia])
+    assert not cookie_dir.exists()
 
 
-def test_sigkilled_kernel_takes_xvfb_along(xvfb_env: Path, seen: Seen) -> None:
-    """SIGKILL runs no code of the kernel's; Xvfb and Julia still end (parent-death signal)."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_killed_kernel_takes_xvfb_along(xvfb_env: Path, seen: Seen, sig: signal.Signals) -> None:
+    """SIGTERM: the kernel's handler ends Xvfb and removes its cookie. SIGKILL runs no code of
+    the kernel's: Xvfb and Julia still end (their parent-death signal)."""
     km, kc = start_kernel(XVFB_KERNEL)
     try:
         reply, _ = execute(kc, "1 + 1")
         assert reply["content"]["status"] == "ok"
         xvfb = seen.xvfb_of(km)
+        cookie_dir = auth_dir(xvfb)
         julia = julia_descendants()
         assert julia
         pid = km.provisioner.pid if km.provisioner else None
         assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        assert not wait_gone([xvfb, *julia]), "Xvfb or Julia outlived a SIGKILLed kernel"
+        os.kill(pid, sig)
+        assert not wait_gone([xvfb, *julia]), f"Xvfb or Julia outlived a kernel sent {sig.name}"
+        if sig == signal.SIGTERM:
+            assert not cookie_dir.exists()
     finally:
         stop_kernel(km, kc)
 
