@@ -45,6 +45,7 @@ READY_TIMEOUT = 120.0
 # Only these may arrive for requests the test did not send as cells: wait_for_ready's
 # kernel_info requests (their replies and statuses) and the IOPub subscription's welcome.
 _EXPECTED_STRAY = ("status", "iopub_welcome", "kernel_info_reply")
+OUTCOMES = ("kept", "forced", "restarted")
 _GIB = 2**30
 _MIB = 2**20
 
@@ -126,6 +127,7 @@ class Kernel:
     first_reply_after: float = 0.0
     first_statuses: list[str] = field(default_factory=list)
     kernel_info: list[dict[str, Any]] = field(default_factory=list)  # what wait_for_ready got
+    interrupt_outcome: str = ""  # kept, forced (state kept, flagged) or restarted (state lost)
     stray: list[dict[str, Any]] = field(default_factory=list)
     count: int | None = None
 
@@ -237,7 +239,15 @@ def julia_pid(kernel: Kernel) -> int:
 
 
 async def interrupted_cell(kernel: Kernel) -> None:
-    """A sleeping cell interrupted once it runs; the kernel's variables survive."""
+    """A sleeping cell interrupted once it runs; the kernel's variables survive, unless the
+    cell said that Julia had to be restarted.
+
+    A sleeping cell stops at the interrupt request within milliseconds, but a fresh Julia's
+    first interrupt compiles its handling code, which on two cores shared by ten kernels can
+    outlast the supervisor's escalation (a forced interrupt after 2 s, a restart 3 s later).
+    Both outcomes are told to the user in the cell; the test checks that they are, and counts
+    them.
+    """
     interrupted: list[bool] = []
 
     async def interrupt(msg: dict[str, Any]) -> None:
@@ -252,10 +262,21 @@ async def interrupted_cell(kernel: Kernel) -> None:
     )
     assert reply["content"]["status"] == "error", reply["content"]
     assert reply["content"]["ename"] == "InterruptException"
-    assert [comparable(m) for m in outputs] == [
-        ("stream", ("stdout", f"k{k} sleeping\n")),
-        ("error", ("InterruptException", reply["content"]["evalue"])),
-    ]
+    got = merge_streams([comparable(m) for m in outputs])
+    error = ("error", ("InterruptException", reply["content"]["evalue"]))
+    assert got[0] == ("stream", ("stdout", f"k{k} sleeping\n")), got
+    assert got[-1] == error, got
+    notices = got[1:-1]
+    assert len(notices) <= 1, got
+    notice = notices[0][1][1] if notices else ""
+    assert not notices or notices[0][1][0] == "stderr", got
+    if "was restarted" in notice:
+        kernel.interrupt_outcome = "restarted"
+        reply, outputs, _ = await kernel.run("isdefined(Main, :load_state)")
+        assert [comparable(m) for m in outputs] == [("execute_result", "false")]
+        return
+    assert not notices or "had to be forced" in notice, got
+    kernel.interrupt_outcome = "forced" if notices else "kept"
     reply, outputs, _ = await kernel.run("load_state")
     assert [comparable(m) for m in outputs] == [("execute_result", str(k))]
 
@@ -300,6 +321,7 @@ async def test_many_kernels_at_once(kernels: list[Kernel]) -> None:
         assert await k.km.is_alive()
         assert k.first_statuses == ["busy", "idle"]
         assert k.kernel_info, f"kernel {k.index}: wait_for_ready saw no kernel_info_reply"
+        assert CELLS == 0 or k.interrupt_outcome in OUTCOMES
         bad = [m for m in k.stray if m["msg_type"] not in _EXPECTED_STRAY]
         assert not bad, f"kernel {k.index}: messages for requests never sent: {bad}"
 
@@ -313,6 +335,7 @@ async def test_many_kernels_at_once(kernels: list[Kernel]) -> None:
     per_kernel_pss = statistics.median(p + j for p, j in zip(py_pss, jl_pss, strict=True))
     per_kernel_rss = statistics.median(p + j for p, j in zip(py_rss, jl_rss, strict=True))
     budget = 24 * _GIB
+    outcomes = {o: [k.interrupt_outcome for k in kernels].count(o) for o in OUTCOMES}
     # kernel_info waits a bounded time for Julia; past it the reply has no Julia version yet
     unknown = sum(k.kernel_info[0]["language_info"]["version"] == "unknown" for k in kernels)
     cells = KERNELS * (CELLS + 2)  # with the state cell and the check after the interrupt
@@ -322,6 +345,7 @@ async def test_many_kernels_at_once(kernels: list[Kernel]) -> None:
         f"\n  kernel_info answered before Julia was up (version 'unknown'): {unknown} of {KERNELS}"
         f"\n  start to first cell's reply: {distribution([k.first_reply_after for k in kernels])}"
         f"\n  {cells} cells in {elapsed:.1f} s ({cells / elapsed:.0f} cells/s over all kernels)"
+        f"\n  interrupts: {outcomes}"
         f"\n  idle, per kernel: Python kernel RSS {mib(py_rss)}, PSS {mib(py_pss)}; "
         f"Julia RSS {mib(jl_rss)}, PSS {mib(jl_pss)}"
         f"\n  after the cells: Python RSS {mib([v[0][0] for v in busy.values()])}, "
