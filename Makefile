@@ -1,4 +1,5 @@
-# make setup: a .venv with the package (editable) and its test extra, and a Julia to run.
+# make setup: a .venv with the package (editable) and its test extra, a Julia to run, and Xvfb
+#             for headless graphics (install --xvfb).
 # make test:  setup, what only the tests need (a browser), then the whole suite.
 # make demo:  setup, then the main job.
 PYTHON ?= python3
@@ -9,6 +10,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: setup setup-test test demo bench clean
 setup: $(STAMP)
 	@bash scripts/ensure-julia.sh
+	@bash scripts/ensure-xvfb.sh
 
 # Only tests/test_jupyterlab.py drives a browser: the demo does not need one.
 setup-test: setup

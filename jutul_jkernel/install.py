@@ -4,7 +4,8 @@ This module takes the packaged template (``kernelspec/kernel.json`` and the logo
 :mod:`jutul_jkernel._resources`) and turns it into an installed kernelspec. Every spec it installs
 starts the interpreter that ran the installer (``argv[0]`` is the absolute ``sys.executable``),
 and every Julia setting goes into the spec's ``env`` (``JUTUL_JKERNEL_JULIA``,
-``JUTUL_JKERNEL_THREADS``, ``JUTUL_JKERNEL_JULIA_ARGS``), where the kernel reads it at start-up.
+``JUTUL_JKERNEL_THREADS``, ``JUTUL_JKERNEL_JULIA_ARGS``, and ``JUTUL_JKERNEL_XVFB`` for a private X
+display), where the kernel reads it at start-up.
 This module never works out Jupyter's data directories itself: ``KernelSpecManager`` picks the
 directory from ``--user``, ``--sys-prefix`` or ``--prefix``, as bash_kernel's installer does.
 """
@@ -36,6 +37,8 @@ _LOGOS = ("logo-32x32.png", "logo-64x64.png")
 _ENV_JULIA = "JUTUL_JKERNEL_JULIA"
 _ENV_THREADS = "JUTUL_JKERNEL_THREADS"
 _ENV_JULIA_ARGS = "JUTUL_JKERNEL_JULIA_ARGS"
+_ENV_XVFB = "JUTUL_JKERNEL_XVFB"  # read by jutul_jkernel.xvfb
+_XVFB_DEFAULT = "Xvfb"
 
 # Julia 1.5 starts in well under a second here, but a first run on a cold disk or a
 # large custom sysimage can take much longer; a minute only catches a julia that hangs.
@@ -49,6 +52,7 @@ _KERNEL_NAME = re.compile(r"[a-z0-9._-]+", re.IGNORECASE)
 
 _EXIT_NOT_INSTALLED = 1
 _EXIT_JULIA_CHECK_FAILED = 2
+_EXIT_XVFB_MISSING = 3
 
 _HOW_TO_GET_JULIA = (
     "Install Julia (https://julialang.org/install/, e.g. with juliaup) or pass --julia PATH\n"
@@ -183,6 +187,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_julia_options(parser, "the kernel")
     parser.add_argument(
+        "--xvfb",
+        metavar="PATH",
+        nargs="?",
+        const=_XVFB_DEFAULT,
+        help="headless graphics (GLMakie on a server): start a private Xvfb X server with each "
+        f"kernel and give Julia its DISPLAY; PATH is the Xvfb executable (default: "
+        f"{_XVFB_DEFAULT} on PATH; Debian package xvfb)",
+    )
+    parser.add_argument(
         "--uninstall",
         action="store_true",
         help="remove the kernelspec called --name instead of installing it",
@@ -190,7 +203,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-check",
         action="store_true",
-        help="do not check that julia runs before installing",
+        help="do not check that julia runs (nor that --xvfb's Xvfb exists) before installing",
     )
     return parser
 
@@ -284,8 +297,29 @@ def _kernel_env(args: argparse.Namespace, julia: _JuliaChoice) -> dict[str, str]
     julia_args = julia_flags(args)
     if julia_args:
         env[_ENV_JULIA_ARGS] = shlex.join(julia_args)
+    if args.xvfb is not None:
+        env[_ENV_XVFB] = _xvfb_command(args.xvfb)
     env.update(args.env)  # _env_conflict already refused keys the options above own
     return env
+
+
+def _xvfb_command(xvfb: str) -> str:
+    """The Xvfb the spec names: absolute when found now, else as given (see _check_xvfb)."""
+    found = shutil.which(os.path.expanduser(xvfb))
+    return os.path.abspath(found) if found is not None else xvfb
+
+
+def _check_xvfb(xvfb: str) -> str | None:
+    """Return an error message if ``xvfb`` is not an executable file, else None."""
+    if shutil.which(os.path.expanduser(xvfb)) is not None:
+        return None
+    where = "on PATH" if os.sep not in xvfb else "there"
+    return (
+        f"error: --xvfb: the X server {xvfb!r} was not found {where}; nothing installed.\n"
+        "Headless graphics need Xvfb: install Debian's xvfb package (`apt-get install xvfb`; "
+        "`make setup` does it in a checkout), or pass --xvfb PATH naming the Xvfb executable. "
+        "Use --no-check to install the kernelspec anyway."
+    )
 
 
 def _env_conflict(args: argparse.Namespace) -> str | None:
@@ -294,6 +328,7 @@ def _env_conflict(args: argparse.Namespace) -> str | None:
         _ENV_JULIA: "--julia" if args.julia is not None else None,
         _ENV_THREADS: "--threads" if args.threads is not None else None,
         _ENV_JULIA_ARGS: "--project/--julia-args" if julia_flags(args) else None,
+        _ENV_XVFB: "--xvfb" if args.xvfb is not None else None,
     }
     for key, _ in args.env:
         if owned.get(key):
@@ -355,6 +390,11 @@ def _install(args: argparse.Namespace) -> int:
             return _EXIT_JULIA_CHECK_FAILED
     elif julia.pinned and not os.path.isabs(julia.command):
         print(f"warning: {julia.command!r} is not on PATH now; the kernelspec keeps the bare name.")
+    if args.xvfb is not None and not args.no_check:
+        problem = _check_xvfb(args.xvfb)
+        if problem is not None:
+            print(problem, file=sys.stderr)
+            return _EXIT_XVFB_MISSING
     if args.project is not None and not os.path.isdir(os.path.expanduser(args.project)):
         print(
             f"note: project directory {args.project} does not exist yet; Julia will start "
@@ -393,6 +433,9 @@ def _install(args: argparse.Namespace) -> int:
             f"note: Jupyter does not search {os.path.dirname(destination)}; add "
             f"{os.path.dirname(os.path.dirname(destination))} to JUPYTER_PATH to use it."
         )
+    if args.xvfb is not None:
+        xvfb = _xvfb_command(args.xvfb)
+        print(f"Headless graphics: each kernel starts its own Xvfb ({xvfb}) as Julia's DISPLAY")
     print(f"Start it with: jupyter console --kernel {args.name}")
     return 0
 

@@ -43,6 +43,7 @@ from .supervisor import (
     JuliaStartupError,
     JuliaSupervisor,
 )
+from .xvfb import supervisor_from_env
 
 # A kernel_info_request waits this long for Julia to report its version.
 _KERNEL_INFO_WAIT = 10.0
@@ -97,7 +98,8 @@ class JuliaKernel(Kernel):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.supervisor = JuliaSupervisor(
+        # A private Xvfb comes with Julia when the kernelspec asks for one (install --xvfb).
+        self.supervisor: JuliaSupervisor = supervisor_from_env(
             on_stray_output=self._stray_output, backpressure=self._iopub_backpressure
         )
         self._unsynced_bytes = 0

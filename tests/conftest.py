@@ -114,8 +114,8 @@ def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
 START_TIMEOUT = 60.0
 
 
-def start_kernel() -> tuple[KernelManager, BlockingKernelClient]:
-    km = KernelManager(kernel_name=KERNEL_NAME)
+def start_kernel(name: str = KERNEL_NAME) -> tuple[KernelManager, BlockingKernelClient]:
+    km = KernelManager(kernel_name=name)
     km.start_kernel()
     # ZMQ drops IOPub messages for a subscriber 1000 messages behind (its default high-water
     # mark, which ipykernel and jupyter_client keep); a busy test process can fall that far

@@ -434,3 +434,80 @@ def test_uninstall_leaves_a_spec_outside_the_given_prefix(
     assert install.main(["--uninstall", "--prefix", str(other)]) == 1
     assert "nothing removed" in capsys.readouterr().err
     assert is_installed()
+
+
+# ---- headless graphics (--xvfb) ----
+
+
+@pytest.fixture
+def xvfb() -> str:
+    """Return the absolute path of the real Xvfb on PATH."""
+    found = shutil.which("Xvfb")
+    assert found is not None, "Xvfb is not on PATH; `make setup` installs Debian's xvfb"
+    return os.path.abspath(found)
+
+
+@pytest.mark.integration
+def test_xvfb_pins_the_xvfb_found_on_path(
+    prefix: Path, julia: str, xvfb: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bare --xvfb writes the absolute path of the Xvfb on PATH into the spec's env."""
+    assert run_install(prefix, "--xvfb", "--threads", "1") == 0
+    assert spec_env()["JUTUL_JKERNEL_XVFB"] == xvfb
+    assert spec_env()["JUTUL_JKERNEL_THREADS"] == "1"  # an option after --xvfb is not its PATH
+    assert f"Xvfb ({xvfb})" in capsys.readouterr().out
+
+
+@pytest.mark.integration
+def test_xvfb_with_a_path(prefix: Path, julia: str, xvfb: str) -> None:
+    assert run_install(prefix, f"--xvfb={xvfb}") == 0
+    assert spec_env()["JUTUL_JKERNEL_XVFB"] == xvfb
+
+
+def test_without_xvfb_the_spec_has_none(prefix: Path) -> None:
+    assert run_install(prefix, "--no-check") == 0
+    assert "JUTUL_JKERNEL_XVFB" not in spec_env()
+
+
+@pytest.mark.integration
+def test_missing_xvfb_path_exits_3(
+    prefix: Path, julia: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An --xvfb that does not exist: status 3, the path, the package and the way out."""
+    missing = prefix / "no" / "such" / "Xvfb"
+    assert run_install(prefix, "--xvfb", str(missing)) == 3
+    err = capsys.readouterr().err
+    assert str(missing) in err
+    assert "xvfb package" in err
+    assert "--no-check" in err
+    assert not is_installed()
+
+
+@pytest.mark.integration
+def test_xvfb_not_on_path_exits_3(
+    prefix: Path, julia: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bare --xvfb on a machine without Xvfb says it looked on PATH."""
+    empty = prefix / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    assert run_install(prefix, "--julia", julia, "--xvfb") == 3
+    err = capsys.readouterr().err
+    assert "'Xvfb' was not found on PATH" in err
+    assert not is_installed()
+
+
+def test_no_check_keeps_an_unchecked_xvfb(prefix: Path) -> None:
+    missing = prefix / "nowhere" / "Xvfb"
+    assert run_install(prefix, "--no-check", "--xvfb", str(missing)) == 0
+    assert spec_env()["JUTUL_JKERNEL_XVFB"] == str(missing)
+
+
+def test_env_conflicting_with_xvfb_exits_2(
+    prefix: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run_install(prefix, "--no-check", "--xvfb", "--env", "JUTUL_JKERNEL_XVFB=/x")
+    assert exit_info.value.code == 2
+    assert "--xvfb" in capsys.readouterr().err
+    assert not is_installed()
