@@ -102,6 +102,8 @@ const DRAIN_DEADLINE = Ref(Inf)      # when the running drain gives up (see flus
 const FORWARDED = Ref(0)               # output bytes forwarded, for the buffering switch
 const BUFFERED = Ref(false)
 const QUIET_TICKS = Ref(0)
+const COLOR = Ref(false)               # Julia runs with --color=yes: stdout, stderr, tracebacks
+const STARTUP_PENDING = Ref(false)     # the startup file still has to run (in the first cell)
 
 # ---- small helpers ----
 
@@ -330,7 +332,7 @@ function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
         end
     elseif kind == "TXT" || kind == "NIN"
         ch = INPUT_WAIT[]
-        if ch !== nothing && id == CURRENT[] && isempty(ch.data)
+        if ch !== nothing && id == CURRENT[] && !isready(ch)   # public API, not ch.data (audit row 4)
             put!(ch, kind == "TXT" ? String(payload) : ErrorException(String(payload)))
         end
     elseif kind == "QRY"
@@ -517,6 +519,52 @@ function line_buffer_c_stdout!()
     end
 end
 
+"""
+    KernelStdio(pipe, color)
+
+What user code sees as `stdout` / `stderr`: the pipe the pump reads, plus the IOContext
+property a terminal would give it (`:color`), so `printstyled`, the logging macros and
+`showerror(stderr, ...)` colour their output as in the REPL and IJulia (which wraps its streams
+the same way, src/stdio.jl). An `AbstractPipe`, so writes, `flush` and child processes go to
+the pipe itself, and `redirect_stdout(old)` after a user's own redirect restores it.
+"""
+struct KernelStdio{T<:IO} <: Base.AbstractPipe
+    ctx::IOContext{T}
+end
+KernelStdio(pipe::IO, color::Bool) = KernelStdio(IOContext(pipe, :color => color))
+
+Base.pipe_writer(s::KernelStdio) = s.ctx.io
+Base.pipe_reader(s::KernelStdio) = s.ctx.io
+Base.lock(s::KernelStdio) = lock(s.ctx.io)
+Base.unlock(s::KernelStdio) = unlock(s.ctx.io)
+Base.get(s::KernelStdio, key, default) = get(s.ctx, key, default)
+Base.haskey(s::KernelStdio, key) = haskey(s.ctx, key)
+Base.getindex(s::KernelStdio, key) = getindex(s.ctx, key)
+Base.in(kv::Pair, s::KernelStdio) = in(kv, s.ctx)
+Base.displaysize(s::KernelStdio) = displaysize(s.ctx)
+# IOContext(buf, stdout), as ConsoleLogger builds it, takes every property, not only :color.
+@static if isdefined(Base, :unwrapcontext)
+    Base.unwrapcontext(s::KernelStdio) = Base.unwrapcontext(s.ctx)
+end
+
+@static if !isdefined(Base, :RedirectStdStream)
+    # Julia 1.5 and 1.6 redirect only to a LibuvStream or IOStream (1.5.3 base/stream.jl,
+    # `redirect_stdout(handle::Union{LibuvStream, IOStream})`), so the usual
+    # `old = stdout; redirect_stdout(pipe); ...; redirect_stdout(old)` (Suppressor.jl) would fail
+    # to restore. 1.7 and newer take any AbstractPipe: `(f::RedirectStdStream)(io::AbstractPipe)`
+    # in base/stream.jl (read in master, index ids 58584308272 and 1064575095).
+    function Base.redirect_stdout(s::KernelStdio)
+        redirect_stdout(Base.pipe_writer(s))
+        Core.eval(Base, :(stdout = $s))
+        return s
+    end
+    function Base.redirect_stderr(s::KernelStdio)
+        redirect_stderr(Base.pipe_writer(s))
+        Core.eval(Base, :(stderr = $s))
+        return s
+    end
+end
+
 function redirect_output!()
     # The original stdout is the startup log: keep it as the diagnostic channel.
     DIAG[] = stdout
@@ -535,6 +583,9 @@ function redirect_output!()
     PIPES["stdout"] = wr_out
     PIPES["stderr"] = wr_err
     line_buffer_c_stdout!()
+    # Only the Julia objects change: fd 1 and 2 (C, child processes) already are the pipes.
+    Core.eval(Base, :(stdout = $(KernelStdio(wr_out, COLOR[]))))
+    Core.eval(Base, :(stderr = $(KernelStdio(wr_err, COLOR[]))))
     # The default logger captured the old stderr object: replace it.
     global_logger(ConsoleLogger(stderr))
     @async pump(rd_out, "stdout")
@@ -887,7 +938,8 @@ function error_report(e, bt)
     end
     full = try
         frames = user_backtrace(bt, is_interrupt(e))
-        sprint(; context = :color => false) do io
+        # Coloured as the REPL shows it; evalue stays plain (frontends show it as text).
+        sprint(; context = :color => COLOR[]) do io
             showerror(io, e)
             isempty(frames) || Base.show_backtrace(io, frames)
         end
@@ -1045,20 +1097,49 @@ end
 cursor_index(code::String, cursor::Int) =
     cursor <= 0 ? 0 : min(nextind(code, 0, min(cursor, length(code))), lastindex(code))
 
+"""Code points of `code` before byte index `i`: 0 at or before the start (ranges like 0:-1)."""
+function codepoints_before(code::String, i::Int)
+    i <= 1 && return 0
+    i > ncodeunits(code) && return length(code)
+    return length(code, 1, prevind(code, i))
+end
+
+"""
+    completion_string(c, completions_module=REPL.REPLCompletions)
+
+The text a completion inserts. Julia 1.12 and newer have no `completion_text` method for
+LaTeX and emoji completions (`\\alpha`): `BslashCompletion` only has `named_completion`
+(stdlib/REPL/src/REPLCompletions.jl of 1.12 and of the JuliaSyntax-based version, index ids
+2066884698 and 274482070; IJulia src/handlers.jl makes the same choice).
+"""
+completion_string(c, completions_module::Module = REPL.REPLCompletions) =
+    isdefined(completions_module, :named_completion) ?
+        completions_module.named_completion(c).completion::String :
+        completions_module.completion_text(c)::String
+
+"""
+    eval_help(ex)
+
+Evaluate a help expression (`REPL.helpmode`) in a hard scope. From Julia 1.11 it is a block
+that assigns `docs` (stdlib/REPL/src/docview.jl of 1.11, index id 1806256757): at top level
+that would overwrite, or fail on, a user's global `docs`.
+"""
+eval_help(ex) = Core.eval(Main, Expr(:let, Expr(:block), ex))
+
 function answer_query(op::String, code::String, cursor::Int)
     cursor = min(cursor, length(code))
     if op == "complete"
         pos = cursor_index(code, cursor)
         comps, range, _ = REPL.REPLCompletions.completions(code, pos)
-        matches = unique!([REPL.REPLCompletions.completion_text(c) for c in comps])
-        start = isempty(range) && first(range) > pos ? cursor :
-            length(code, 1, prevind(code, first(range)))
+        matches = unique!([completion_string(c) for c in comps])
+        # No match comes with an empty range such as 0:-1 (inside a string with an unknown path)
+        start = isempty(matches) ? cursor : codepoints_before(code, first(range))
         return Dict("matches" => matches, "cursor_start" => start, "cursor_end" => cursor)
     elseif op == "inspect"
         name = identifier_at(code, cursor)
         isempty(name) && return Dict("found" => false)
         md = try
-            Core.eval(Main, REPL.helpmode(IOBuffer(), name))
+            eval_help(REPL.helpmode(IOBuffer(), name))
         catch err
             err isa InterruptException && rethrow()
             return Dict("found" => false)
@@ -1107,6 +1188,54 @@ function next_indent(code::String)
     return occursin(BLOCK_OPENERS, last) ? base * "    " : base
 end
 
+# ---- the user's startup file ----
+
+"""
+    startup_transform(ast)
+
+Run the startup files (`~/.julia/config/startup.jl` and the system-wide one) once, as the REPL
+and IJulia do, at the start of the first cell. It is an AST transform, so it runs inside that
+cell: the files' output appears there, an interrupt stops them like any cell, and an error is
+shown there while the cell itself still runs. Julia is started with --startup-file=no because
+an error in a startup file ends a script (here: before the handshake).
+"""
+function startup_transform(ast)
+    # Warm-up cells (CURRENT 0) go through the transforms too; wait for a user's cell.
+    (STARTUP_PENDING[] && CURRENT[] != 0) || return ast
+    STARTUP_PENDING[] = false
+    try
+        # load_julia_startup includes both files unconditionally in 1.5.3 and in >= 1.11
+        # (base/client.jl; index id 1409021567); it is internal, hence the fallback.
+        if isdefined(Base, :load_julia_startup)
+            Base.load_julia_startup()
+        elseif !isempty(DEPOT_PATH)
+            path = abspath(DEPOT_PATH[1], "config", "startup.jl")
+            isfile(path) && Base.include(Main, path)
+        end
+    catch e
+        bt = catch_backtrace()
+        is_interrupt(e) && rethrow()
+        report_startup_error(e, bt)
+    end
+    return ast
+end
+
+function report_startup_error(e, bt)
+    frames = user_backtrace(bt)
+    # Base's include and load_julia_startup frames below the file itself tell the user nothing.
+    last_own = findlast(f -> f.func === Symbol("top-level scope"), frames)
+    last_own === nothing || (frames = frames[1:last_own])
+    io = IOBuffer()
+    ctx = IOContext(io, :color => COLOR[])
+    printstyled(ctx, "ERROR: "; bold = true, color = :red)
+    println(ctx, "the startup file failed; the session goes on without the rest of it.")
+    showerror(ctx, e)
+    isempty(frames) || Base.show_backtrace(ctx, frames)
+    println(ctx)
+    write(stderr, take!(io))
+    flush(stderr)
+end
+
 # ---- start-up ----
 
 function watch_parent!()
@@ -1125,6 +1254,10 @@ function main(args = ARGS)
     length(args) == 1 || (diag("usage: julia server.jl <port>"); exit(2))
     port = tryparse(Int, args[1])
     port === nothing && (diag("bad port ", repr(args[1])); exit(2))
+    empty!(ARGS)   # user code sees no kernel arguments, as in the REPL and IJulia
+    COLOR[] = Base.have_color === true   # --color=yes (the kernelspec's default)
+    STARTUP_PENDING[] = get(ENV, "JUTUL_JKERNEL_STARTUP_FILE", "yes") != "no"
+    delete!(ENV, "JUTUL_JKERNEL_STARTUP_FILE")
     token = get(ENV, "JUTUL_JKERNEL_TOKEN", "")
     isempty(token) && (diag("JUTUL_JKERNEL_TOKEN is not set"); exit(2))
     delete!(ENV, "JUTUL_JKERNEL_TOKEN")   # user code and child processes must not see it
@@ -1137,6 +1270,7 @@ function main(args = ARGS)
     Core.eval(Base, :(stdin = $(KernelStdin(PipeBuffer()))))
     pushdisplay(KernelDisplay())
     install_interrupt_sink!()
+    push!(BACKEND[].ast_transforms, startup_transform)
     @async flusher_loop()
 
     send_frame("RDY", token)
