@@ -5,6 +5,9 @@ This module takes the packaged template (``kernelspec/kernel.json`` and the logo
 starts the interpreter that ran the installer (``argv[0]`` is the absolute ``sys.executable``),
 and every Julia setting goes into the spec's ``env`` (``JUTUL_JKERNEL_JULIA``,
 ``JUTUL_JKERNEL_THREADS``, ``JUTUL_JKERNEL_JULIA_ARGS``), where the kernel reads it at start-up.
+As IJulia's kernelspec does, Julia gets ``--color=yes`` and ``--project=@.`` (the notebook's
+project) unless ``--no-color`` or ``--project DIR`` say otherwise, and runs the user's startup
+file unless ``--no-startup-file`` is given.
 This module never works out Jupyter's data directories itself: ``KernelSpecManager`` picks the
 directory from ``--user``, ``--sys-prefix`` or ``--prefix``, as bash_kernel's installer does.
 """
@@ -36,6 +39,10 @@ _LOGOS = ("logo-32x32.png", "logo-64x64.png")
 _ENV_JULIA = "JUTUL_JKERNEL_JULIA"
 _ENV_THREADS = "JUTUL_JKERNEL_THREADS"
 _ENV_JULIA_ARGS = "JUTUL_JKERNEL_JULIA_ARGS"
+
+# Julia's --project=@. activates the nearest Project.toml from the notebook's folder upwards,
+# else the default environment: what IJulia's default kernelspec does (deps/build.jl).
+_DEFAULT_PROJECT = "@."
 
 # Julia 1.5 starts in well under a second here, but a first run on a cold disk or a
 # large custom sysimage can take much longer; a minute only catches a julia that hangs.
@@ -154,7 +161,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--project",
         metavar="DIR",
-        help="Julia project (environment) to activate, passed as --project=<absolute DIR>",
+        default=_DEFAULT_PROJECT,
+        help="Julia project (environment) to activate, passed as --project=<absolute DIR>; "
+        "the default, @., is the notebook's folder or the nearest parent with a Project.toml, "
+        "else Julia's default environment",
+    )
+    parser.add_argument(
+        "--no-color",
+        action="store_true",
+        help="plain output: no ANSI colour from printstyled, logging or stack traces "
+        "(passes --color=no instead of --color=yes)",
+    )
+    parser.add_argument(
+        "--no-startup-file",
+        action="store_true",
+        help="do not run ~/.julia/config/startup.jl in the kernel (passes --startup-file=no)",
     )
     parser.add_argument(
         "--julia-args",
@@ -284,7 +305,9 @@ def _env_conflict(args: argparse.Namespace) -> str | None:
     owned = {
         _ENV_JULIA: "--julia" if args.julia is not None else None,
         _ENV_THREADS: "--threads" if args.threads is not None else None,
-        _ENV_JULIA_ARGS: "--project/--julia-args" if _julia_args(args) else None,
+        # Always written: --color and --project have defaults.
+        _ENV_JULIA_ARGS: "the Julia arguments the installer writes "
+        "(--project, --no-color, --no-startup-file, --julia-args)",
     }
     for key, _ in args.env:
         if owned.get(key):
@@ -293,9 +316,15 @@ def _env_conflict(args: argparse.Namespace) -> str | None:
 
 
 def _julia_args(args: argparse.Namespace) -> list[str]:
-    extra: list[str] = []
-    if args.project is not None:
-        extra.append(f"--project={os.path.abspath(os.path.expanduser(args.project))}")
+    """Julia's arguments in the kernelspec: the options' own, then ``--julia-args``."""
+    extra = ["--color=no" if args.no_color else "--color=yes"]
+    # "@." and other "@name" values are Julia's own environment names, not paths.
+    project = args.project
+    if not project.startswith("@"):
+        project = os.path.abspath(os.path.expanduser(project))
+    extra.append(f"--project={project}")
+    if args.no_startup_file:
+        extra.append("--startup-file=no")
     for chunk in args.julia_args:
         extra.extend(chunk)
     return extra
@@ -331,10 +360,9 @@ def _install(args: argparse.Namespace) -> int:
             version = check_julia(julia.command, julia_args)
         except JuliaCheckError as exc:
             blame_args = (
-                "\nIf that julia works on its own, the arguments from --project/--julia-args"
-                " are at fault."
-                if julia_args
-                else ""
+                f"\nIf that julia works on its own, the arguments the kernelspec gives it "
+                f"({shlex.join(julia_args)}; from --project, --no-color, --no-startup-file and "
+                "--julia-args) are at fault."
             )
             print(
                 f"error: checking Julia failed; nothing installed.\n"
@@ -345,7 +373,7 @@ def _install(args: argparse.Namespace) -> int:
             return _EXIT_JULIA_CHECK_FAILED
     elif julia.pinned and not os.path.isabs(julia.command):
         print(f"warning: {julia.command!r} is not on PATH now; the kernelspec keeps the bare name.")
-    if args.project is not None and not os.path.isdir(os.path.expanduser(args.project)):
+    if not args.project.startswith("@") and not os.path.isdir(os.path.expanduser(args.project)):
         print(
             f"note: project directory {args.project} does not exist yet; Julia will start "
             "with an empty environment there."
