@@ -9,6 +9,7 @@ on 1.12+) hold. The kernelspec side of the same points is in test_kernel_environ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -106,11 +107,22 @@ async def test_without_color_flag_output_is_plain(julia: JuliaSupervisor) -> Non
 # ---- startup file and ARGS (point 8) ----
 
 
-def depot_with_startup(root: Path, body: str) -> dict[str, str]:
-    """A depot whose config/startup.jl is ``body``: the environment a supervisor needs for it."""
-    (root / "config").mkdir(parents=True)
-    (root / "config" / "startup.jl").write_text(body)
-    return {"JULIA_DEPOT_PATH": str(root)}
+@contextlib.asynccontextmanager
+async def with_startup_file(
+    depot: Path, body: str, *julia_args: str
+) -> AsyncIterator[JuliaSupervisor]:
+    """A supervisor whose Julia uses ``depot``, where config/startup.jl is ``body``."""
+    (depot / "config").mkdir(parents=True)
+    (depot / "config" / "startup.jl").write_text(body)
+    sup = JuliaSupervisor(
+        julia_args=list(julia_args),
+        env={"JULIA_DEPOT_PATH": str(depot)},
+        startup_timeout=STARTUP_TIMEOUT,
+    )
+    try:
+        yield sup
+    finally:
+        await sup.shutdown()
 
 
 FAILING_STARTUP = 'println("hello from startup")\nstartup_value = 41\nerror("startup broke")\n'
@@ -121,10 +133,7 @@ async def test_startup_file_runs_in_the_first_cell_and_its_error_shows_there(
 ) -> None:
     """A startup file that throws: its output and error are in the first cell, which still
     runs; what it defined before the error stays; it never runs again."""
-    sup = JuliaSupervisor(
-        env=depot_with_startup(tmp_path, FAILING_STARTUP), startup_timeout=STARTUP_TIMEOUT
-    )
-    try:
+    async with with_startup_file(tmp_path, FAILING_STARTUP) as sup:
         out = Output()
         r = await run(sup, "1 + 1", out)
         assert (r.status, r.text) == ("ok", "2")
@@ -142,37 +151,27 @@ async def test_startup_file_runs_in_the_first_cell_and_its_error_shows_there(
         assert (await run(sup, 'get(ENV, "JUTUL_JKERNEL_STARTUP_FILE", "unset")')).text == (
             '"unset"'
         )
-    finally:
-        await sup.shutdown()
 
 
 async def test_startup_file_flag_no_skips_it(tmp_path: Path) -> None:
     """--startup-file=no among the Julia arguments (the installer's --no-startup-file)."""
-    sup = JuliaSupervisor(
-        julia_args=["--startup-file=no"],
-        env=depot_with_startup(tmp_path, FAILING_STARTUP),
-        startup_timeout=STARTUP_TIMEOUT,
-    )
-    try:
+    async with with_startup_file(tmp_path, FAILING_STARTUP, "--startup-file=no") as sup:
         out = Output()
         assert (await run(sup, "isdefined(Main, :startup_value)", out)).text == "false"
         assert out.chunks == []
-    finally:
-        await sup.shutdown()
 
 
 async def test_interrupting_a_hanging_startup_file(tmp_path: Path) -> None:
     """A startup file that never finishes is interrupted with the first cell; the session goes
     on and the file does not run again."""
-    env = depot_with_startup(tmp_path, 'println("startup waits"); flush(stdout); sleep(1000)\n')
-    sup = JuliaSupervisor(env=env, startup_timeout=STARTUP_TIMEOUT)
+    hanging = 'println("startup waits"); flush(stdout); sleep(1000)\n'
     started = asyncio.Event()
 
     def on_output(stream: str, data: bytes) -> None:
         if b"startup waits" in data:
             started.set()
 
-    try:
+    async with with_startup_file(tmp_path, hanging) as sup:
         task = asyncio.create_task(sup.execute("first_cell_ran = true", on_output))
         await asyncio.wait_for(started.wait(), CELL_BOUND)
         await sup.interrupt()
@@ -181,8 +180,6 @@ async def test_interrupting_a_hanging_startup_file(tmp_path: Path) -> None:
         out = Output()
         assert (await run(sup, "isdefined(Main, :first_cell_ran)", out)).text == "false"
         assert out.chunks == []
-    finally:
-        await sup.shutdown()
 
 
 @pytest.mark.parametrize(
@@ -204,12 +201,7 @@ def test_startup_file_flag_is_taken_from_julias_arguments(
 
 async def test_julia_itself_never_runs_the_startup_file(tmp_path: Path) -> None:
     """Even asked for with --startup-file=yes, Julia gets exactly one flag: no."""
-    sup = JuliaSupervisor(
-        julia_args=["--startup-file=yes"],
-        env=depot_with_startup(tmp_path, FAILING_STARTUP),
-        startup_timeout=STARTUP_TIMEOUT,
-    )
-    try:
+    async with with_startup_file(tmp_path, FAILING_STARTUP, "--startup-file=yes") as sup:
         await sup.start()
         assert sup.pid is not None
         flags = [a for a in psutil.Process(sup.pid).cmdline() if a.startswith("--startup-file")]
@@ -217,8 +209,6 @@ async def test_julia_itself_never_runs_the_startup_file(tmp_path: Path) -> None:
         out = Output()
         assert (await run(sup, "startup_value", out)).text == "41"
         assert "startup broke" in out.text("stderr")
-    finally:
-        await sup.shutdown()
 
 
 # ---- queries: the audit's B2, B3, B4 (point 10) ----

@@ -94,26 +94,26 @@ class Session:
     first_outputs: list[dict[str, Any]]
 
 
-@pytest.fixture(scope="module")
-def default_kernel(layout: Layout) -> Iterator[Session]:
-    """The default spec in the notebook folder, its first cell already run."""
-    with kernel(DEFAULT_SPEC, layout.notebooks, {"JULIA_DEPOT_PATH": str(layout.depot)}) as (
-        _,
-        kc,
-    ):
+@contextlib.contextmanager
+def notebook_session(spec: str, layout: Layout) -> Iterator[Session]:
+    """A kernel of ``spec`` in the notebook folder, with the test depot, its first cell run."""
+    with kernel(spec, layout.notebooks, {"JULIA_DEPOT_PATH": str(layout.depot)}) as (_, kc):
         reply, outputs = execute(kc, "first_cell = 1 + 1")
         yield Session(kc, reply, outputs)
+
+
+@pytest.fixture(scope="module")
+def default_kernel(layout: Layout) -> Iterator[Session]:
+    """The default spec."""
+    with notebook_session(DEFAULT_SPEC, layout) as session:
+        yield session
 
 
 @pytest.fixture(scope="module")
 def opt_out_kernel(layout: Layout) -> Iterator[Session]:
-    """The spec with --no-color --no-startup-file --project DIR, in the same folder."""
-    with kernel(OPT_OUT_SPEC, layout.notebooks, {"JULIA_DEPOT_PATH": str(layout.depot)}) as (
-        _,
-        kc,
-    ):
-        reply, outputs = execute(kc, "first_cell = 1 + 1")
-        yield Session(kc, reply, outputs)
+    """The spec with --no-color --no-startup-file --project DIR."""
+    with notebook_session(OPT_OUT_SPEC, layout) as session:
+        yield session
 
 
 def value(kc: BlockingKernelClient, code: str) -> str | None:
