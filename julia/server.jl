@@ -2,7 +2,10 @@
 #
 #     julia [flags] server.jl <port>
 #
-# with JUTUL_JKERNEL_TOKEN set in the environment (never in argv). The server connects to
+# with JUTUL_JKERNEL_TOKEN set in the environment (never in argv), and
+# JUTUL_JKERNEL_STARTUP_FILE=no when the user's startup file must not run (it runs at the start
+# of the first evaluation otherwise; Julia itself always gets --startup-file=no). The server
+# removes both from ENV and the port from ARGS. The server connects to
 # 127.0.0.1:<port>, and from then on everything travels as frames: an ASCII header line
 # `KIND arg... NBYTES\n` followed by exactly NBYTES payload bytes. jutul_jkernel/protocol.py
 # defines the same kinds; change both or neither.
@@ -40,7 +43,8 @@
 # too. A pump task per stream forwards what arrives as OUT frames. At the end of an evaluation
 # the server flushes Julia's and C's buffers and writes a marker into each pipe; RES is sent
 # only once both pumps have passed their marker, so all of an evaluation's output is on the
-# wire before its result.
+# wire before its result. User code sees `stdout` and `stderr` as KernelStdio wrappers of those
+# pipes that carry `:color` when Julia runs with --color=yes.
 #
 # Interrupts: SIGINT is thrown into whichever task runs on thread 1, which is often not the
 # evaluating one. Every long-lived task here catches InterruptException and forwards it to the
@@ -1255,7 +1259,9 @@ function main(args = ARGS)
     port = tryparse(Int, args[1])
     port === nothing && (diag("bad port ", repr(args[1])); exit(2))
     empty!(ARGS)   # user code sees no kernel arguments, as in the REPL and IJulia
-    COLOR[] = Base.have_color === true   # --color=yes (the kernelspec's default)
+    # --color=yes (the kernelspec's default). exec_options sets have_color from the flag in
+    # 1.5.3 and through colored_text(opts) in >= 1.11 (base/client.jl, index id 1409021567).
+    COLOR[] = Base.have_color === true
     STARTUP_PENDING[] = get(ENV, "JUTUL_JKERNEL_STARTUP_FILE", "yes") != "no"
     delete!(ENV, "JUTUL_JKERNEL_STARTUP_FILE")
     token = get(ENV, "JUTUL_JKERNEL_TOKEN", "")
