@@ -2,7 +2,10 @@
 #
 #     julia [flags] server.jl <port>
 #
-# with JUTUL_JKERNEL_TOKEN set in the environment (never in argv). The server connects to
+# with JUTUL_JKERNEL_TOKEN set in the environment (never in argv), and
+# JUTUL_JKERNEL_STARTUP_FILE=no when the user's startup file must not run (it runs at the start
+# of the first evaluation otherwise; Julia itself always gets --startup-file=no). The server
+# removes both from ENV and the port from ARGS. The server connects to
 # 127.0.0.1:<port>, and from then on everything travels as frames: an ASCII header line
 # `KIND arg... NBYTES\n` followed by exactly NBYTES payload bytes. jutul_jkernel/protocol.py
 # defines the same kinds; change both or neither.
@@ -40,7 +43,8 @@
 # too. A pump task per stream forwards what arrives as OUT frames. At the end of an evaluation
 # the server flushes Julia's and C's buffers and writes a marker into each pipe; RES is sent
 # only once both pumps have passed their marker, so all of an evaluation's output is on the
-# wire before its result.
+# wire before its result. User code sees `stdout` and `stderr` as KernelStdio wrappers of those
+# pipes that carry `:color` when Julia runs with --color=yes.
 #
 # Interrupts: SIGINT is thrown into whichever task runs on thread 1, which is often not the
 # evaluating one. Every long-lived task here catches InterruptException and forwards it to the
@@ -103,6 +107,8 @@ const DRAIN_DEADLINE = Ref(Inf)      # when the running drain gives up (see flus
 const FORWARDED = Ref(0)               # output bytes forwarded, for the buffering switch
 const BUFFERED = Ref(false)
 const QUIET_TICKS = Ref(0)
+const COLOR = Ref(false)               # Julia runs with --color=yes: stdout, stderr, tracebacks
+const STARTUP_PENDING = Ref(false)     # the startup file still has to run (in the first cell)
 
 # ---- small helpers ----
 
@@ -369,7 +375,7 @@ function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
         end
     elseif kind == "TXT" || kind == "NIN"
         ch = INPUT_WAIT[]
-        if ch !== nothing && id == CURRENT[] && isempty(ch.data)
+        if ch !== nothing && id == CURRENT[] && !isready(ch)   # public API, not ch.data (audit row 4)
             put!(ch, kind == "TXT" ? String(payload) : ErrorException(String(payload)))
         end
     elseif kind == "QRY"
@@ -556,6 +562,52 @@ function line_buffer_c_stdout!()
     end
 end
 
+"""
+    KernelStdio(pipe, color)
+
+What user code sees as `stdout` / `stderr`: the pipe the pump reads, plus the IOContext
+property a terminal would give it (`:color`), so `printstyled`, the logging macros and
+`showerror(stderr, ...)` colour their output as in the REPL and IJulia (which wraps its streams
+the same way, src/stdio.jl). An `AbstractPipe`, so writes, `flush` and child processes go to
+the pipe itself, and `redirect_stdout(old)` after a user's own redirect restores it.
+"""
+struct KernelStdio{T<:IO} <: Base.AbstractPipe
+    ctx::IOContext{T}
+end
+KernelStdio(pipe::IO, color::Bool) = KernelStdio(IOContext(pipe, :color => color))
+
+Base.pipe_writer(s::KernelStdio) = s.ctx.io
+Base.pipe_reader(s::KernelStdio) = s.ctx.io
+Base.lock(s::KernelStdio) = lock(s.ctx.io)
+Base.unlock(s::KernelStdio) = unlock(s.ctx.io)
+Base.get(s::KernelStdio, key, default) = get(s.ctx, key, default)
+Base.haskey(s::KernelStdio, key) = haskey(s.ctx, key)
+Base.getindex(s::KernelStdio, key) = getindex(s.ctx, key)
+Base.in(kv::Pair, s::KernelStdio) = in(kv, s.ctx)
+Base.displaysize(s::KernelStdio) = displaysize(s.ctx)
+# IOContext(buf, stdout), as ConsoleLogger builds it, takes every property, not only :color.
+@static if isdefined(Base, :unwrapcontext)
+    Base.unwrapcontext(s::KernelStdio) = Base.unwrapcontext(s.ctx)
+end
+
+@static if !isdefined(Base, :RedirectStdStream)
+    # Julia 1.5 and 1.6 redirect only to a LibuvStream or IOStream (1.5.3 base/stream.jl,
+    # `redirect_stdout(handle::Union{LibuvStream, IOStream})`), so the usual
+    # `old = stdout; redirect_stdout(pipe); ...; redirect_stdout(old)` (Suppressor.jl) would fail
+    # to restore. 1.7 and newer take any AbstractPipe: `(f::RedirectStdStream)(io::AbstractPipe)`
+    # in base/stream.jl (read in master, index ids 58584308272 and 1064575095).
+    function Base.redirect_stdout(s::KernelStdio)
+        redirect_stdout(Base.pipe_writer(s))
+        Core.eval(Base, :(stdout = $s))
+        return s
+    end
+    function Base.redirect_stderr(s::KernelStdio)
+        redirect_stderr(Base.pipe_writer(s))
+        Core.eval(Base, :(stderr = $s))
+        return s
+    end
+end
+
 function redirect_output!()
     # The original stdout is the startup log: keep it as the diagnostic channel. What Julia
     # buffered for it so far (a -L file's println) goes there before the swap.
@@ -576,6 +628,9 @@ function redirect_output!()
     PIPES["stdout"] = wr_out
     PIPES["stderr"] = wr_err
     line_buffer_c_stdout!()
+    # Only the Julia objects change: fd 1 and 2 (C, child processes) already are the pipes.
+    Core.eval(Base, :(stdout = $(KernelStdio(wr_out, COLOR[]))))
+    Core.eval(Base, :(stderr = $(KernelStdio(wr_err, COLOR[]))))
     # The default logger captured the old stderr object: replace it.
     global_logger(ConsoleLogger(stderr))
     @async pump(rd_out, "stdout")
@@ -914,7 +969,8 @@ function eval_cell(mod::Module, code::String, filename::String)
     line = mode_line(code)
     if line !== nothing
         rest = strip(line[nextind(line, 1):end])
-        first(line) == '?' && return Core.eval(mod, help_expr(rest))
+        # help as the cell's value, saved with the notebook as IJulia does; apropos prints
+        first(line) == '?' && return eval_help(REPL.helpmode(stdout, String(rest)))
         first(line) == ']' && return pkg_mode(rest)
         return shell_mode(mod, rest)
     end
@@ -924,16 +980,6 @@ function eval_cell(mod::Module, code::String, filename::String)
     end
     return Core.eval(mod, ast)
 end
-
-"""
-    help_expr(line)
-
-What `?line` evaluates: the REPL's help mode, printing (apropos) to the captured stdout and
-returning the docstring, which the cell shows as its value (saved with the notebook, as IJulia
-does). Julia 1.11 and newer build an expression that assigns a global `docs`
-(stdlib/REPL/src/docview.jl, `helpmode`): a `let` keeps that out of the user's Main.
-"""
-help_expr(line::AbstractString) = Expr(:let, Expr(:block), REPL.helpmode(stdout, String(line)))
 
 const PKG_ID = Base.PkgId(Base.UUID("44cfe95a-1eb2-52ea-b672-e2afdf69b78f"), "Pkg")
 
@@ -1207,7 +1253,8 @@ function error_report(e, bt)
     end
     full = try
         frames = user_backtrace(bt, is_interrupt(e))
-        sprint(; context = :color => false) do io
+        # Coloured as the REPL shows it; evalue stays plain (frontends show it as text).
+        sprint(; context = :color => COLOR[]) do io
             showerror(io, e)
             isempty(frames) || Base.show_backtrace(io, frames)
         end
@@ -1234,6 +1281,7 @@ function run_cell(mod::Module, code::String, filename::String, cell::Int = 0)
     report = nothing
     try
         IN_USER[] = true
+        STARTUP_PENDING[] && CURRENT[] != 0 && run_startup_files()   # not in warm-up cells
         cell > 0 && run_hooks(PREEXECUTE_HOOKS)
         value = in_cell_scope(() -> eval_cell(mod, code, filename))
         shown = value !== nothing && !ends_with_semicolon(code)
@@ -1380,20 +1428,50 @@ end
 cursor_index(code::String, cursor::Int) =
     cursor <= 0 ? 0 : min(nextind(code, 0, min(cursor, length(code))), lastindex(code))
 
+"""Code points of `code` before byte index `i`: 0 at or before the start (ranges like 0:-1)."""
+function codepoints_before(code::String, i::Int)
+    i <= 1 && return 0
+    i > ncodeunits(code) && return length(code)
+    return length(code, 1, prevind(code, i))
+end
+
+"""
+    completion_string(c, completions_module=REPL.REPLCompletions)
+
+The text a completion inserts. Julia 1.12 and newer have no `completion_text` method for
+LaTeX and emoji completions (`\\alpha`): `BslashCompletion` only has `named_completion`
+(stdlib/REPL/src/REPLCompletions.jl of 1.12 and of the JuliaSyntax-based version, index ids
+2066884698 and 274482070; IJulia src/handlers.jl makes the same choice).
+"""
+completion_string(c, completions_module::Module = REPL.REPLCompletions) =
+    isdefined(completions_module, :named_completion) ?
+        completions_module.named_completion(c).completion::String :
+        completions_module.completion_text(c)::String
+
+"""
+    eval_help(ex)
+
+Evaluate a help expression (`REPL.helpmode`) in a hard scope. Since Julia 1.11 it is a block
+that assigns `docs` (`quote docs = Markdown.insert_hlines(...); ... end` in
+stdlib/REPL/src/docview.jl, read in a 1.12-era version, index id 1806256757; 1.5.3's is a
+plain call): at top level that would overwrite, or fail on, a user's global `docs`.
+"""
+eval_help(ex) = Core.eval(Main, Expr(:let, Expr(:block), ex))
+
 function answer_query(op::String, code::String, cursor::Int)
     cursor = min(cursor, length(code))
     if op == "complete"
         pos = cursor_index(code, cursor)
         comps, range, _ = REPL.REPLCompletions.completions(code, pos)
-        matches = unique!([REPL.REPLCompletions.completion_text(c) for c in comps])
-        start = isempty(range) && first(range) > pos ? cursor :
-            length(code, 1, prevind(code, first(range)))
+        matches = unique!([completion_string(c) for c in comps])
+        # No match comes with an empty range such as 0:-1 (inside a string with an unknown path)
+        start = isempty(matches) ? cursor : codepoints_before(code, first(range))
         return Dict("matches" => matches, "cursor_start" => start, "cursor_end" => cursor)
     elseif op == "inspect"
         name = identifier_at(code, cursor)
         isempty(name) && return Dict("found" => false)
         md = try
-            Core.eval(Main, REPL.helpmode(IOBuffer(), name))
+            eval_help(REPL.helpmode(IOBuffer(), name))
         catch err
             err isa InterruptException && rethrow()
             return Dict("found" => false)
@@ -1442,6 +1520,52 @@ function next_indent(code::String)
     return occursin(BLOCK_OPENERS, last) ? base * "    " : base
 end
 
+# ---- the user's startup file ----
+
+"""
+    run_startup_files()
+
+Run the startup files (`~/.julia/config/startup.jl` and the system-wide one) once, as the REPL
+and IJulia do, at the start of the first evaluation (whatever its mode), inside it: the files'
+output appears there, an interrupt stops them like any cell, and an error is shown there while
+the cell itself still runs. Julia is started with --startup-file=no because an error in a
+startup file ends a script (here: before the handshake).
+"""
+function run_startup_files()
+    STARTUP_PENDING[] = false
+    try
+        # load_julia_startup includes both files unconditionally in 1.5.3 and in >= 1.11
+        # (base/client.jl; index id 1409021567); it is internal, hence the fallback.
+        if isdefined(Base, :load_julia_startup)
+            Base.load_julia_startup()
+        elseif !isempty(DEPOT_PATH)
+            path = abspath(DEPOT_PATH[1], "config", "startup.jl")
+            isfile(path) && Base.include(Main, path)
+        end
+    catch e
+        bt = catch_backtrace()
+        is_interrupt(e) && rethrow()
+        report_startup_error(e, bt)
+    end
+    nothing
+end
+
+function report_startup_error(e, bt)
+    frames = user_backtrace(bt)
+    # Base's include and load_julia_startup frames below the file itself tell the user nothing.
+    last_own = findlast(f -> f.func === Symbol("top-level scope"), frames)
+    last_own === nothing || (frames = frames[1:last_own])
+    io = IOBuffer()
+    ctx = IOContext(io, :color => COLOR[])
+    printstyled(ctx, "ERROR: "; bold = true, color = :red)
+    println(ctx, "the startup file failed; the session goes on without the rest of it.")
+    showerror(ctx, e)
+    isempty(frames) || Base.show_backtrace(ctx, frames)
+    println(ctx)
+    write(stderr, take!(io))
+    flush(stderr)
+end
+
 # ---- start-up ----
 
 function watch_parent!()
@@ -1471,6 +1595,12 @@ function serve(args)
     length(args) == 1 || (diag("usage: julia server.jl <port>"); exit(2))
     port = tryparse(Int, args[1])
     port === nothing && (diag("bad port ", repr(args[1])); exit(2))
+    empty!(ARGS)   # user code sees no kernel arguments, as in the REPL and IJulia
+    # --color=yes (the kernelspec's default). exec_options sets have_color from the flag in
+    # 1.5.3 and through colored_text(opts) in >= 1.11 (base/client.jl, index id 1409021567).
+    COLOR[] = Base.have_color === true
+    STARTUP_PENDING[] = get(ENV, "JUTUL_JKERNEL_STARTUP_FILE", "yes") != "no"
+    delete!(ENV, "JUTUL_JKERNEL_STARTUP_FILE")
     token = get(ENV, "JUTUL_JKERNEL_TOKEN", "")
     isempty(token) && (diag("JUTUL_JKERNEL_TOKEN is not set"); exit(2))
     delete!(ENV, "JUTUL_JKERNEL_TOKEN")   # user code and child processes must not see it

@@ -6,6 +6,9 @@ starts the interpreter that ran the installer (``argv[0]`` is the absolute ``sys
 and every Julia setting goes into the spec's ``env`` (``JUTUL_JKERNEL_JULIA``,
 ``JUTUL_JKERNEL_THREADS``, ``JUTUL_JKERNEL_JULIA_ARGS``, and ``JUTUL_JKERNEL_XVFB`` for a private X
 display), where the kernel reads it at start-up.
+As IJulia's kernelspec does, Julia gets ``--color=yes`` and ``--project=@.`` (the notebook's
+project) unless ``--no-color`` or ``--project DIR`` say otherwise, and runs the user's startup
+file unless ``--no-startup-file`` is given.
 This module never works out Jupyter's data directories itself: ``KernelSpecManager`` picks the
 directory from ``--user``, ``--sys-prefix`` or ``--prefix``, as bash_kernel's installer does.
 """
@@ -39,6 +42,10 @@ _ENV_THREADS = "JUTUL_JKERNEL_THREADS"
 _ENV_JULIA_ARGS = "JUTUL_JKERNEL_JULIA_ARGS"
 _ENV_XVFB = "JUTUL_JKERNEL_XVFB"  # read by jutul_jkernel.xvfb
 _XVFB_DEFAULT = "Xvfb"
+
+# Julia's --project=@. activates the nearest Project.toml from the notebook's folder upwards,
+# else the default environment: what IJulia's default kernelspec does (deps/build.jl).
+_DEFAULT_PROJECT = "@."
 
 # Julia 1.5 starts in well under a second here, but a first run on a cold disk or a
 # large custom sysimage can take much longer; a minute only catches a julia that hangs.
@@ -125,7 +132,15 @@ def add_julia_options(parser: argparse.ArgumentParser, who: str) -> None:
     parser.add_argument(
         "--project",
         metavar="DIR",
-        help="Julia project (environment) to activate, passed as --project=<absolute DIR>",
+        default=_DEFAULT_PROJECT,
+        help="Julia project (environment) to activate, passed as --project=<absolute DIR>; "
+        "the default, @., is the working directory's (the notebook's folder) or the nearest "
+        "parent's with a Project.toml, else Julia's default environment",
+    )
+    parser.add_argument(
+        "--no-startup-file",
+        action="store_true",
+        help=f"do not run ~/.julia/config/startup.jl in {who} (passes --startup-file=no)",
     )
     parser.add_argument(
         "--julia-args",
@@ -194,6 +209,12 @@ def _parser() -> argparse.ArgumentParser:
         help="headless graphics (GLMakie on a server): start a private Xvfb X server with each "
         f"kernel and give Julia its DISPLAY; PATH is the Xvfb executable (default: "
         f"{_XVFB_DEFAULT} on PATH; Debian package xvfb)",
+    )
+    parser.add_argument(
+        "--no-color",
+        action="store_true",
+        help="plain output: no ANSI colour from printstyled, logging or stack traces "
+        "(passes --color=no instead of --color=yes)",
     )
     parser.add_argument(
         "--uninstall",
@@ -327,7 +348,9 @@ def _env_conflict(args: argparse.Namespace) -> str | None:
     owned = {
         _ENV_JULIA: "--julia" if args.julia is not None else None,
         _ENV_THREADS: "--threads" if args.threads is not None else None,
-        _ENV_JULIA_ARGS: "--project/--julia-args" if julia_flags(args) else None,
+        # Always written: --project has a default (and the kernel's --color too).
+        _ENV_JULIA_ARGS: "the Julia arguments the installer writes "
+        "(--project, --no-color, --no-startup-file, --julia-args)",
         _ENV_XVFB: "--xvfb" if args.xvfb is not None else None,
     }
     for key, _ in args.env:
@@ -337,10 +360,19 @@ def _env_conflict(args: argparse.Namespace) -> str | None:
 
 
 def julia_flags(args: argparse.Namespace) -> list[str]:
-    """The julia flags that --project and --julia-args ask for."""
+    """Julia's arguments from the options: colour (the kernel's installer only), project,
+    startup file, then ``--julia-args``."""
     extra: list[str] = []
-    if args.project is not None:
-        extra.append(f"--project={os.path.abspath(os.path.expanduser(args.project))}")
+    if hasattr(args, "no_color"):
+        extra.append("--color=no" if args.no_color else "--color=yes")
+    # "@." and other "@name" values are Julia's own environment names, not paths.
+    project = args.project
+    if project is not None:
+        if not project.startswith("@"):
+            project = os.path.abspath(os.path.expanduser(project))
+        extra.append(f"--project={project}")
+    if args.no_startup_file:
+        extra.append("--startup-file=no")
     for chunk in args.julia_args:
         extra.extend(chunk)
     return extra
@@ -376,10 +408,9 @@ def _install(args: argparse.Namespace) -> int:
             version = check_julia(julia.command, julia_args)
         except JuliaCheckError as exc:
             blame_args = (
-                "\nIf that julia works on its own, the arguments from --project/--julia-args"
-                " are at fault."
-                if julia_args
-                else ""
+                f"\nIf that julia works on its own, the arguments the kernelspec gives it "
+                f"({shlex.join(julia_args)}; from --project, --no-color, --no-startup-file and "
+                "--julia-args) are at fault."
             )
             print(
                 f"error: checking Julia failed; nothing installed.\n"
@@ -395,7 +426,7 @@ def _install(args: argparse.Namespace) -> int:
         if problem is not None:
             print(problem, file=sys.stderr)
             return _EXIT_XVFB_MISSING
-    if args.project is not None and not os.path.isdir(os.path.expanduser(args.project)):
+    if not args.project.startswith("@") and not os.path.isdir(os.path.expanduser(args.project)):
         print(
             f"note: project directory {args.project} does not exist yet; Julia will start "
             "with an empty environment there."

@@ -92,6 +92,10 @@ class JuliaKernel(Kernel):
     # ipykernel sleeps this long before every execute_reply, against a flush race of its
     # OutStreams; this kernel publishes everything itself before it replies.
     _execute_sleep = 0.0
+    # Comm messages have no reply, so ipykernel's base class registers no handler for them and
+    # drops them; these three get one each (comm_info_request is answered by the base class,
+    # with no comms).
+    msg_types = [*Kernel.msg_types, "comm_open", "comm_msg", "comm_close"]  # noqa: RUF012
     # IPKernelApp passes these to every kernel; declared so traitlets accepts them.
     user_ns = DictTrait(allow_none=True)
     debugpy_stream = AnyTrait(allow_none=True)
@@ -293,6 +297,36 @@ class JuliaKernel(Kernel):
             self._reply_unsupported(stream, idents, msg)
             return False
         return True
+
+    # ---- comms ----
+
+    async def comm_open(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+        """Close a comm the frontend opens: Julia registers no comm targets.
+
+        ipykernel answers a comm_open to an unknown target the same way (comm_close on IOPub,
+        parented by the request), so widget managers stop waiting instead of timing out.
+        """
+        content = parent.get("content", {})
+        self.log.info(
+            "no comm target %r in this kernel; closing comm %s",
+            content.get("target_name"),
+            content.get("comm_id"),
+        )
+        self._sess.send(
+            self.iopub_socket,
+            "comm_close",
+            {"comm_id": content.get("comm_id", ""), "data": {}},
+            parent=parent,
+            ident=self._topic("comm_close"),
+        )
+
+    async def comm_msg(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+        """Ignore a message to a comm: none is ever open here (ipykernel ignores unknown ids)."""
+        self.log.debug("comm_msg for unknown comm %s", parent.get("content", {}).get("comm_id"))
+
+    async def comm_close(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+        """Nothing to close: every comm was closed when it was opened."""
+        self.log.debug("comm_close for comm %s", parent.get("content", {}).get("comm_id"))
 
     # ---- execution ----
 

@@ -200,6 +200,31 @@ def _env_seconds(name: str, default: float) -> float:
     return seconds
 
 
+def _split_startup_file_flag(julia_args: list[str]) -> tuple[list[str], bool]:
+    """Take ``--startup-file=yes|no`` (or ``--startup-file yes|no``) out of Julia's arguments.
+
+    Return the other arguments and whether the startup file should run: yes unless the last
+    such flag says no, as with Julia itself. Other values stay in, for Julia to reject.
+    """
+    rest: list[str] = []
+    wanted = True
+    i = 0
+    while i < len(julia_args):
+        arg = julia_args[i]
+        value = None
+        if arg.startswith("--startup-file="):
+            value, step = arg.partition("=")[2], 1
+        elif arg == "--startup-file" and i + 1 < len(julia_args):
+            value, step = julia_args[i + 1], 2
+        if value in ("yes", "no"):
+            wanted = value == "yes"
+            i += step
+            continue
+        rest.append(arg)
+        i += 1
+    return rest, wanted
+
+
 def default_threads() -> int:
     """Physical cores minus one, at least one: the user's compute threads."""
     cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
@@ -437,10 +462,13 @@ class JuliaSupervisor:
 
     def _argv(self, port: int) -> list[str]:
         julia = shutil.which(self.julia) or self.julia
+        # Julia itself never runs the startup file: an error in it would end server.jl before
+        # the handshake. The server runs it in the first cell instead (see _child_env).
+        julia_args, _ = _split_startup_file_flag(self.julia_args)
         return [
             julia,
             "--startup-file=no",
-            *self.julia_args,
+            *julia_args,
             str(_resources.server_script()),
             str(port),
         ]
@@ -464,6 +492,8 @@ class JuliaSupervisor:
             # no version probe before the start, and an explicit --threads flag still wins.
             env["JULIA_NUM_THREADS"] = f"{threads},1" if str(threads) != "auto" else "auto"
         env["JUTUL_JKERNEL_TOKEN"] = token
+        _, startup_file = _split_startup_file_flag(self.julia_args)
+        env["JUTUL_JKERNEL_STARTUP_FILE"] = "yes" if startup_file else "no"
         return env
 
     def _new_log(self) -> Path:

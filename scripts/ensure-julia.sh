@@ -7,6 +7,8 @@
 # be bullseye's 1.3.2: with bookworm's 1.6.2, Julia 1.5.3 segfaults while collecting an
 # InterruptException's backtrace (inside libunwind's dwarf_search_unwind_table).
 # Elsewhere we only explain what to do: installing Julia is the user's choice (juliaup).
+# A julia already on PATH (juliaup's, or the one julia-actions/setup-julia puts there in CI) is
+# always used as it is; only Debian's own julia package gets the libunwind check.
 set -euo pipefail
 
 julia_bin="${JUTUL_JKERNEL_JULIA:-julia}"

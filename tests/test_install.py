@@ -25,6 +25,7 @@ from jutul_jkernel import install
 from jutul_jkernel._resources import kernelspec_dir
 
 NAME = "julia-supervised"
+DEFAULT_JULIA_ARGS = "--color=yes --project=@."
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _SUBPROCESS_TIMEOUT = 60.0
 
@@ -154,7 +155,11 @@ def test_install_into_prefix_is_found_by_jupyter(
     assert "debugger" not in spec.metadata
     # Unpinned: the kernel finds julia itself at start-up. The one setting silences debugpy's
     # "frozen modules" warning, which ipykernel's import of debugpy prints at every start.
-    assert spec.env == {"PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+    # Julia gets IJulia's defaults: colour and the notebook's project.
+    assert spec.env == {
+        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        "JUTUL_JKERNEL_JULIA_ARGS": DEFAULT_JULIA_ARGS,
+    }
     for size in (32, 64):
         logo = Path(spec.resource_dir) / f"logo-{size}x{size}.png"
         assert png_size(logo) == (size, size)
@@ -207,14 +212,14 @@ def test_options_travel_in_env(
         "JUTUL_JKERNEL_JULIA": julia,
         "JUTUL_JKERNEL_THREADS": "3",
         "JUTUL_JKERNEL_JULIA_ARGS": shlex.join(
-            [f"--project={project}", "-O1", "--check-bounds=yes"]
+            ["--color=yes", f"--project={project}", "-O1", "--check-bounds=yes"]
         ),
         "OPENBLAS_NUM_THREADS": "1",
         "WITH_EQUALS": "a=b",
         "EMPTY": "",
     }
     # The path with a space survives the round trip the kernel will make.
-    assert shlex.split(env["JUTUL_JKERNEL_JULIA_ARGS"])[0] == f"--project={project}"
+    assert shlex.split(env["JUTUL_JKERNEL_JULIA_ARGS"])[1] == f"--project={project}"
     assert installed_spec("jl-opts")["display_name"] == "Julia opts"
 
 
@@ -232,7 +237,40 @@ def test_reinstall_replaces(prefix: Path, julia: str) -> None:
     """Installing again under the same name replaces the old spec."""
     assert run_install(prefix, "--threads", "2") == 0
     assert run_install(prefix) == 0
-    assert spec_env() == {"PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+    assert spec_env() == {
+        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        "JUTUL_JKERNEL_JULIA_ARGS": DEFAULT_JULIA_ARGS,
+    }
+
+
+@pytest.mark.parametrize(
+    ("options", "julia_args"),
+    [
+        (["--no-color"], ["--color=no", "--project=@."]),
+        (["--no-startup-file"], ["--color=yes", "--project=@.", "--startup-file=no"]),
+        (["--project", "@."], ["--color=yes", "--project=@."]),
+        (["--project", "@shared-env"], ["--color=yes", "--project=@shared-env"]),
+        (
+            ["--no-color", "--no-startup-file", "--julia-args=-O1"],
+            ["--color=no", "--project=@.", "--startup-file=no", "-O1"],
+        ),
+    ],
+)
+def test_color_project_and_startup_options(
+    prefix: Path, options: list[str], julia_args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--no-color, --no-startup-file and "@" projects become Julia's own flags, in that order,
+    before --julia-args (so a flag there wins, as Julia takes the last one)."""
+    assert run_install(prefix, "--no-check", *options) == 0
+    assert shlex.split(spec_env()["JUTUL_JKERNEL_JULIA_ARGS"]) == julia_args
+    assert "does not exist" not in capsys.readouterr().out  # "@..." is not a directory
+
+
+@pytest.mark.integration
+def test_default_julia_args_pass_the_julia_check(prefix: Path, julia: str) -> None:
+    """The real julia accepts every flag the options write."""
+    assert run_install(prefix, "--no-color", "--no-startup-file") == 0
+    assert run_install(prefix) == 0
 
 
 def test_default_location_is_user(prefix: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -323,6 +361,18 @@ def test_env_conflicting_with_its_option_exits_2(
     assert not is_installed()
 
 
+def test_env_for_julia_args_always_conflicts(
+    prefix: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The installer always writes Julia's arguments (colour, project): --env cannot too."""
+    with pytest.raises(SystemExit) as exit_info:
+        run_install(prefix, "--no-check", "--env", "JUTUL_JKERNEL_JULIA_ARGS=-O1")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "JUTUL_JKERNEL_JULIA_ARGS" in err and "--julia-args" in err
+    assert not is_installed()
+
+
 def test_unclosed_quote_in_julia_args_exits_2(
     prefix: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -382,7 +432,7 @@ def test_julia_rejecting_its_arguments_exits_2(
     assert julia in err
     assert "exited with status 1" in err
     assert "--no-such-julia-flag" in err  # from Julia's own "unknown option" line
-    assert "--project/--julia-args" in err
+    assert "--color=yes --project=@. --no-such-julia-flag" in err
     assert not is_installed()
 
 

@@ -350,9 +350,17 @@ async def test_user_code_catching_the_interrupt_can_be_interrupted_again(
     julia: JuliaSupervisor,
 ) -> None:
     """A cell that swallows one interrupt still stops on the next one."""
-    code = "try; sleep(1000); catch; end; caught = true; sleep(1000)"
-    task = asyncio.create_task(julia.execute(code))
-    await asyncio.sleep(0.5)
+    code = 'try; println("in try"); sleep(1000); catch; end; caught = true; sleep(1000)'
+    # Interrupt only once the cell is inside its try: a fresh Julia compiling the cell on a busy
+    # machine can take longer than any fixed delay, and an interrupt before the try ends the cell.
+    entered = asyncio.Event()
+
+    def on_output(stream: str, data: bytes) -> None:
+        if b"in try" in data:
+            entered.set()
+
+    task = asyncio.create_task(julia.execute(code, on_output))
+    await asyncio.wait_for(entered.wait(), CELL_BOUND)
     await julia.interrupt()
     await asyncio.sleep(0.5)
     assert not task.done()
