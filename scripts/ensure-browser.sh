@@ -5,6 +5,7 @@
 # we never run `playwright install`, whose browser download this machine's closed network refuses.
 # Quick and silent when the browser is already present. Elsewhere we only explain what to do.
 set -euo pipefail
+. "$(dirname "$0")/debian.sh"
 
 chromium="${JUTUL_JKERNEL_CHROMIUM:-/usr/bin/chromium}"
 
@@ -12,19 +13,14 @@ if [ -x "$chromium" ]; then
     exit 0
 fi
 
-if [ ! -r /etc/os-release ] || ! grep -qiE '^(ID|ID_LIKE)=.*debian' /etc/os-release \
-        || ! command -v apt-get >/dev/null 2>&1; then
+if ! is_debian; then
     echo "error: $chromium not found and this is not a Debian-family machine." >&2
     echo "The JupyterLab browser test needs Chromium: install it with your package manager and" >&2
     echo "set JUTUL_JKERNEL_CHROMIUM to its executable (e.g. /usr/bin/chromium-browser)." >&2
     exit 1
 fi
 
-sudo=""
-if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null 2>&1 || { echo "error: installing Chromium needs root (or sudo)." >&2; exit 1; }
-    sudo="sudo"
-fi
+need_root Chromium
 
 echo "Installing Debian's chromium for the JupyterLab browser test ..." >&2
 $sudo apt-get -q update >&2

@@ -10,6 +10,7 @@
 # A julia already on PATH (juliaup's, or the one julia-actions/setup-julia puts there in CI) is
 # always used as it is; only Debian's own julia package gets the libunwind check.
 set -euo pipefail
+. "$(dirname "$0")/debian.sh"
 
 julia_bin="${JUTUL_JKERNEL_JULIA:-julia}"
 
@@ -30,19 +31,14 @@ if command -v "$julia_bin" >/dev/null 2>&1 && unwind_ok; then
     exit 0
 fi
 
-if [ ! -r /etc/os-release ] || ! grep -qiE '^(ID|ID_LIKE)=.*debian' /etc/os-release \
-        || ! command -v apt-get >/dev/null 2>&1; then
+if ! is_debian; then
     echo "error: '$julia_bin' was not found on PATH and this is not a Debian-family machine." >&2
     echo "Install Julia 1.6 or newer with juliaup (https://julialang.org/install/), or set" >&2
     echo "JUTUL_JKERNEL_JULIA to the julia executable you want the kernel to use." >&2
     exit 1
 fi
 
-sudo=""
-if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null 2>&1 || { echo "error: installing Julia needs root (or sudo)." >&2; exit 1; }
-    sudo="sudo"
-fi
+need_root Julia
 
 src=/etc/apt/sources.list.d/debian.sources
 if [ ! -r "$src" ]; then

@@ -5,6 +5,7 @@
 # Debian's xvfb and x11-utils packages. Quick and silent when both are present. Elsewhere we only
 # explain what to do.
 set -euo pipefail
+. "$(dirname "$0")/debian.sh"
 
 xvfb="${JUTUL_JKERNEL_XVFB_BIN:-Xvfb}"
 
@@ -12,19 +13,14 @@ if command -v "$xvfb" >/dev/null 2>&1 && command -v xdpyinfo >/dev/null 2>&1; th
     exit 0
 fi
 
-if [ ! -r /etc/os-release ] || ! grep -qiE '^(ID|ID_LIKE)=.*debian' /etc/os-release \
-        || ! command -v apt-get >/dev/null 2>&1; then
+if ! is_debian; then
     echo "error: Xvfb or xdpyinfo not found and this is not a Debian-family machine." >&2
     echo "Headless graphics (--xvfb) and its test need them: install your distribution's" >&2
     echo "Xvfb (xorg-x11-server-Xvfb on Fedora) and xdpyinfo (xorg-x11-utils / x11-utils)." >&2
     exit 1
 fi
 
-sudo=""
-if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null 2>&1 || { echo "error: installing Xvfb needs root (or sudo)." >&2; exit 1; }
-    sudo="sudo"
-fi
+need_root Xvfb
 
 echo "Installing Debian's xvfb and x11-utils for headless graphics (--xvfb) ..." >&2
 $sudo apt-get -q update >&2

@@ -1,0 +1,16 @@
+# Sourced by the ensure-*.sh scripts: what installing a Debian package needs, said once.
+
+# True on a Debian-family machine where apt-get can install what is missing.
+is_debian() {
+    [ -r /etc/os-release ] && grep -qiE '^(ID|ID_LIKE)=.*debian' /etc/os-release \
+        && command -v apt-get >/dev/null 2>&1
+}
+
+# Set $sudo to "" as root, else to "sudo"; exit explaining that installing $1 needs root.
+need_root() {
+    sudo=""
+    if [ "$(id -u)" != 0 ]; then
+        command -v sudo >/dev/null 2>&1 || { echo "error: installing $1 needs root (or sudo)." >&2; exit 1; }
+        sudo="sudo"
+    fi
+}
