@@ -23,6 +23,8 @@
 #                                  the error text; capped at 64 KiB with a note of what was cut
 #   INP <id> <password 0|1> <n>    evaluation <id> reads a line from stdin; payload: the prompt
 #   ANS <id> <n>                   JSON answer to QRY <id>
+#   PAY <id> <n>                   JSON execute_reply payload of evaluation <id> (IJulia.load:
+#                                  {"source": "set_next_input", "text": ..., "replace": ...})
 #   ACK <n> 0                      answer to SYN <n>; for evaluation <n>: an interrupt reached it
 #                                  (the listener handed an INT frame over, or the evaluation
 #                                  caught one that came by signal). No ACK: it is not yielding
