@@ -449,11 +449,16 @@ async def test_shutdown_stops_a_computing_julia_quickly() -> None:
 
 
 async def test_shutdown_when_idle_closes_cleanly() -> None:
-    """An idle Julia exits by itself on socket EOF, with status 0, and is reaped."""
+    """An idle Julia exits by itself on socket EOF, with status 0, and is reaped.
+
+    Idle means it has answered a cell: for its first seconds Julia compiles the evaluation
+    loop (type inference, ~2 s here) and reads nothing, so it would be SIGTERMed instead.
+    """
     sup = JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT)
     await sup.start()
     j = sup._julia
     assert j is not None
+    assert (await sup.execute("1 + 1")).text == "2"
     await sup.shutdown()
     assert j.proc.returncode == 0
     with pytest.raises(RuntimeError, match="shut down"):
