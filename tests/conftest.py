@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import secrets
+import select
 import subprocess
 import sys
 import time
@@ -191,6 +194,61 @@ class Output:
 @pytest.fixture
 def output() -> Output:
     return Output()
+
+
+class StartSignal:
+    """A FIFO that a cell writes to when it reaches a given point: an event to wait on, instead
+    of a guess of how long the cell needs to get there.
+
+    ``julia`` is the Julia statement that signals; it opens, writes and closes a file
+    synchronously, so it neither yields nor needs the cell's output to be forwarded (a cell
+    that computes forwards nothing until it yields).
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / f"started-{secrets.token_hex(4)}"
+        os.mkfifo(self.path, 0o600)
+        # Opened before the cell runs, so Julia's open for writing never blocks.
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+
+    @property
+    def julia(self) -> str:
+        path = str(self.path)
+        assert not set(path) & set('"$\\'), f"{path!r} needs quoting in Julia"
+        return f'write("{path}", "x")'
+
+    def wait(self, timeout: float) -> None:
+        """Block until the cell signalled; fail after ``timeout`` seconds."""
+        ready, _, _ = select.select([self._fd], [], [], timeout)
+        assert ready, f"the cell did not reach its start signal within {timeout:g} s"
+        assert os.read(self._fd, 16) == b"x"
+
+    async def wait_async(self, timeout: float) -> None:
+        """Wait on the event loop until the cell signalled; fail after ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(self._fd, lambda: ready.done() or ready.set_result(None))
+        try:
+            await asyncio.wait_for(ready, timeout)
+        except (TimeoutError, asyncio.TimeoutError):
+            msg = f"the cell did not reach its start signal within {timeout:g} s"
+            raise AssertionError(msg) from None
+        finally:
+            loop.remove_reader(self._fd)
+        assert os.read(self._fd, 16) == b"x"
+
+    def close(self) -> None:
+        os.close(self._fd)
+        self.path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def start_signal(tmp_path: Path) -> Iterator[StartSignal]:
+    sig = StartSignal(tmp_path)
+    try:
+        yield sig
+    finally:
+        sig.close()
 
 
 # ---- Jupyter end to end (test_notebooks.py, test_console.py) ----
