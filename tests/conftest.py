@@ -27,6 +27,29 @@ STARTUP_TIMEOUT = 60.0
 REAP_GRACE = 5.0
 
 
+# Every process this test session starts inherits this mark (supervisors, kernels and raw
+# servers pass os.environ on), so the leftover guard finds our Julias even after they were
+# reparented to init, and never another session's.
+SESSION_MARK = secrets.token_hex(8)
+os.environ["JKERNEL_TEST_SESSION"] = SESSION_MARK
+
+
+def _is_julia(p: psutil.Process) -> bool:
+    return "julia" in p.name() or any("server.jl" in a for a in p.cmdline())
+
+
+def session_julias() -> list[psutil.Process]:
+    """Julia processes started (directly or not) by this test session, orphans included."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if _is_julia(p) and p.environ().get("JKERNEL_TEST_SESSION") == SESSION_MARK:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
 def julia_descendants() -> list[psutil.Process]:
     """Julia processes started, directly or not, by this test process."""
     found = []
@@ -45,12 +68,12 @@ SHARED: list[JuliaSupervisor] = []
 SHARED_KERNEL_PIDS: set[int] = set()
 
 
-def _leftovers() -> list[psutil.Process]:
-    shared = {s.pid for s in SHARED}
+def _leftovers(*, ignore_shared: bool) -> list[psutil.Process]:
+    owners = {s.pid for s in SHARED} | SHARED_KERNEL_PIDS if ignore_shared else set()
     left = []
-    for p in julia_descendants():
+    for p in session_julias() + julia_descendants():
         try:
-            if p.pid in shared or any(a.pid in SHARED_KERNEL_PIDS for a in p.parents()):
+            if p in left or {p.pid, *(a.pid for a in p.parents())} & owners:
                 continue
         except psutil.NoSuchProcess:
             continue
@@ -58,18 +81,40 @@ def _leftovers() -> list[psutil.Process]:
     return left
 
 
+def _describe(p: psutil.Process) -> str:
+    try:
+        return f"{p.pid} ({' '.join(p.cmdline()[:4])})"
+    except psutil.Error:
+        return str(p.pid)
+
+
+def _check_left_behind(*, ignore_shared: bool) -> None:
+    deadline = time.monotonic() + REAP_GRACE
+    left = _leftovers(ignore_shared=ignore_shared)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling for exits: there is no event for another's process ending
+        left = _leftovers(ignore_shared=ignore_shared)
+    desc = [_describe(p) for p in left]
+    for p in left:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()  # psutil checks that the pid still names the same process
+    assert not left, f"Julia processes left behind: {desc}"
+
+
 @pytest.fixture(autouse=True)
 def no_julia_left_behind() -> Iterator[None]:
-    """Fail the test if a Julia it started is still alive (or a zombie) afterwards."""
+    """Fail the test if a Julia it started is still alive (or a zombie) afterwards, whether
+    it is still our descendant or was reparented to init."""
     yield
-    deadline = time.monotonic() + REAP_GRACE
-    left = _leftovers()
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = _leftovers()
-    for p in left:
-        p.kill()
-    assert not left, f"Julia processes left behind: {[p.pid for p in left]}"
+    _check_left_behind(ignore_shared=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_julia_left_by_the_module() -> Iterator[None]:
+    """Fail the module if its shared kernels or supervisors left a Julia behind (this runs
+    after the module's own fixtures have ended them)."""
+    yield
+    _check_left_behind(ignore_shared=False)
 
 
 KERNEL_NAME = "julia-supervised-client-test"

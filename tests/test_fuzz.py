@@ -611,12 +611,11 @@ class RawServer:
         return self.log_path.read_text(errors="replace")
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(30)
-        with contextlib.suppress(ProcessLookupError):  # anything it left in its group
+        # Kill the group (the server and anything it left in it) before reaping the server:
+        # until then its pid, and so the group id, cannot name anyone else's processes.
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
         if hasattr(self, "conn"):
             self.conn.close()
         self._log.close()
