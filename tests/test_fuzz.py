@@ -58,6 +58,13 @@ SUPERVISOR_EXAMPLES = 16
 SERVER_EXAMPLES = 15
 DECODER_EXAMPLES = 400
 
+
+# The whole of a Julia-backed property: every example (explicit ones too) gets its own bound.
+# pytest's default 120 s was less than 15 examples at ~8 s each on a loaded machine.
+def _property_timeout(examples: int, per_example: float) -> float:
+    return (examples + 3) * per_example
+
+
 JULIA_SETTINGS = settings(
     deadline=None,
     phases=(Phase.explicit, Phase.reuse, Phase.generate),  # no shrinking: see module doc
@@ -387,6 +394,9 @@ _supervisor_examples: list[float] = []
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(
+    _property_timeout(SUPERVISOR_EXAMPLES, GARBAGE_BOUND + FRESH_CELL_BOUND + STARTUP_TIMEOUT)
+)
 @settings(JULIA_SETTINGS, max_examples=SUPERVISOR_EXAMPLES)
 @given(garbage=_garbage())
 @example(garbage=(b"GARBAGE\n", False))
@@ -731,6 +741,9 @@ _server_examples: list[float] = []
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(
+    _property_timeout(SERVER_EXAMPLES, STARTUP_TIMEOUT + SERVER_ANSWER_BOUND + SERVER_EXIT_BOUND)
+)
 @settings(JULIA_SETTINGS, max_examples=SERVER_EXAMPLES)
 @given(odd=_odd_frames(), bad=_malformed_frame().filter(_binary_is_malformed))
 @example(odd=[], bad=(b"BOGUS 1 2 3\n", ("unknown frame kind",)))

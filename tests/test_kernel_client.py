@@ -511,6 +511,7 @@ def test_unsupported_control_request_gets_an_error_reply(
     msg = kc.session.msg("debug_request", {"seq": 1, "type": "request", "command": "initialize"})
     kc.control_channel.send(msg)
     reply = kc.get_control_msg(timeout=REPLY_TIMEOUT)
+    assert reply["parent_header"]["msg_id"] == msg["header"]["msg_id"]
     assert reply["msg_type"] == "debug_reply"
     assert reply["content"]["status"] == "error"
 
