@@ -81,8 +81,9 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 SUP,
-                "await self._send(j, encode(FrameKind.INT, ex.id)) delivered = False",
-                "delivered = False",
+                "await self._send(j, encode(FrameKind.INT, ex.id)) "
+                "if await self._acked_before_silence(",
+                "if False and await self._acked_before_silence(  # mutant M3",
             ),
             Edit(SUP, "self._signal(j) ex.sigint_sent = True", "ex.sigint_sent = True"),
         ),
@@ -128,7 +129,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M7",
         "a cell that yields is interrupted without any signal",
-        (Edit(SUP, "delivered = True", "delivered = False  # mutant M7"),),
+        (
+            Edit(
+                SUP,
+                "if await self._acked_before_silence(j, ex, ack): return",
+                "await self._acked_before_silence(j, ex, ack)  # mutant M7: no return on the ACK",
+            ),
+        ),
         (f"{SJ}::test_interrupt_keeps_state", f"{SJ}::test_first_interrupt_in_a_fresh_session"),
     ),
     Mutant(
@@ -358,6 +365,9 @@ def main() -> int:
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--tree", metavar="REV", help="mutate this commit's tree instead")
     parser.add_argument("--no-baseline", action="store_true", help="skip the unbroken run")
+    parser.add_argument(
+        "--check", action="store_true", help="only check that every pattern applies"
+    )
     args = parser.parse_args()
     chosen = [m for m in MUTANTS if not args.ids or m.id in args.ids]
     unknown = set(args.ids) - {m.id for m in MUTANTS}
@@ -385,6 +395,9 @@ def main() -> int:
         chosen = [m for m in chosen if m.id not in inapplicable]
         for mid in inapplicable:
             print(f"{mid:4} {'n/a (code not in this tree)':28}")
+        if args.check:
+            print(f"{len(chosen)} mutants apply")
+            return 0
         if not args.no_baseline:
             tests = tuple(sorted({t for m in chosen for t in m.tests}))
             env = {k: v for m in chosen for k, v in m.env.items()}
