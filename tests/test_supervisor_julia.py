@@ -40,18 +40,28 @@ async def run(julia: JuliaSupervisor, code: str, out: Output | None = None) -> E
     return await asyncio.wait_for(julia.execute(code, out), CELL_BOUND)
 
 
+async def started_or_ended(task: asyncio.Task[ExecutionResult], started: StartSignal) -> None:
+    """Wait for the cell's start signal; fail at once, with its result, if it ends first."""
+    signal_task = asyncio.create_task(started.wait_async(CELL_BOUND))
+    try:
+        await asyncio.wait({signal_task, task}, return_when=asyncio.FIRST_COMPLETED)
+        if not signal_task.done():
+            result = task.result() if not task.exception() else task.exception()
+            pytest.fail(f"the cell ended before its start signal: {result!r}")
+        signal_task.result()
+    except BaseException:
+        task.cancel()
+        signal_task.cancel()
+        raise
+
+
 async def interrupt_when_started(
     julia: JuliaSupervisor, code: str, started: StartSignal, out: Output | None = None
 ) -> tuple[ExecutionResult, float]:
     """Start ``code`` (whose ``{started}`` becomes the start signal), interrupt it once it
     signalled; return its result and the latency."""
     task = asyncio.create_task(julia.execute(code.format(started=started.julia), out))
-    try:
-        await started.wait_async(CELL_BOUND)
-    except BaseException:
-        task.cancel()
-        raise
-    assert not task.done(), "the cell ended before it was interrupted"
+    await started_or_ended(task, started)
     t0 = time.perf_counter()
     await julia.interrupt()
     result = await asyncio.wait_for(task, INTERRUPT_BOUND)
@@ -344,7 +354,7 @@ async def test_interrupt_keeps_state(
     notice, and every variable defined before survives in the same Julia."""
     julia = warm_julia
     code, paths = INTERRUPT_CASES[case]
-    await run(julia, "keep = 42")
+    assert (await run(julia, "keep = 42")).status == "ok"
     pid = julia.pid
     result, latency = await interrupt_when_started(julia, code, start_signal, Output())
     assert result.status == "interrupted", result
@@ -368,12 +378,12 @@ async def test_sigint_alone_stops_each_case(
     the interrupt sink. A loop without safepoints needs the burst that forces the throw."""
     julia = warm_julia
     code = SPIN if case == "loop without safepoints" else INTERRUPT_CASES[case][0]
-    await run(julia, "keep = 42")
+    assert (await run(julia, "keep = 42")).status == "ok"
     pid = julia.pid
     assert pid is not None
     task = asyncio.create_task(julia.execute(code.format(started=start_signal.julia)))
     try:
-        await start_signal.wait_async(CELL_BOUND)
+        await started_or_ended(task, start_signal)
         signals = 0
         deadline = time.monotonic() + INTERRUPT_BOUND
         # One SIGINT, or as many as it takes (Julia forces the throw after a quick burst).
@@ -401,7 +411,7 @@ async def test_first_interrupt_in_a_fresh_session(
     julia: JuliaSupervisor, start_signal: StartSignal
 ) -> None:
     """Right after start (nothing compiled yet) an interrupt still keeps state."""
-    await run(julia, "keep = 42")
+    assert (await run(julia, "keep = 42")).status == "ok"
     result, latency = await interrupt_when_started(julia, "{started}; sleep(1000)", start_signal)
     assert result.status == "interrupted"
     assert result.interrupt_path == "frame"
@@ -416,7 +426,7 @@ async def test_interrupt_of_a_loop_without_safepoints_is_forced(
     """A float spin never reaches a safepoint: the burst forces the throw, state is kept in
     the same Julia, and the user is told the session may be inconsistent. Never a restart."""
     julia = warm_julia
-    await run(julia, "keep = 42")
+    assert (await run(julia, "keep = 42")).status == "ok"
     pid = julia.pid
     result, latency = await interrupt_when_started(julia, SPIN, start_signal)
     assert result.status == "interrupted"
@@ -435,7 +445,7 @@ async def test_interrupt_that_nothing_stops_restarts_julia(
 ) -> None:
     """A cell no signal can stop: Julia is killed and restarted, the result says state is
     lost, the next cell runs in a new Julia without a second notice."""
-    await run(julia, "keep = 42")
+    assert (await run(julia, "keep = 42")).status == "ok"
     pid = julia.pid
     result, latency = await interrupt_when_started(julia, STUBBORN, start_signal)
     assert result.status == "interrupted"
