@@ -83,7 +83,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 SUP,
                 "await self._send(j, encode(FrameKind.INT, ex.id)) "
                 "if await self._acked_before_silence(",
-                "if False and await self._acked_before_silence(  # mutant M3",
+                "if False and await self._acked_before_silence(",  # mutant M3: no INT frame
             ),
             Edit(SUP, "self._signal(j) ex.sigint_sent = True", "ex.sigint_sent = True"),
         ),
