@@ -157,8 +157,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 SRV,
-                "pushdisplay(KernelDisplay()) install_interrupt_sink!()",
-                "pushdisplay(KernelDisplay())  # mutant M9",
+                "install_interrupt_sink!() @async flusher_loop()",
+                "@async flusher_loop()  # mutant M9: no interrupt sink",
             ),
         ),
         (f"{SJ}::test_sigint_alone_stops_each_case",),

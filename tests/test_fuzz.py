@@ -94,6 +94,7 @@ _REF_ARGS: dict[str, tuple[bytes, ...]] = {
     "INP": (_REF_ID, rb"0|1"),
     "ANS": (_REF_ID,),
     "ACK": (_REF_ID,),
+    "PAY": (_REF_ID,),
     "EXE": (_REF_ID,),
     "EXN": (_REF_ID, _REF_ARG),
     "INT": (_REF_ID,),
