@@ -291,10 +291,13 @@ INTERRUPT_CASES: dict[str, tuple[str, set[str]]] = {
     ),
     "sleep": ("{started}; sleep(1000)", {"frame"}),
     "wait on a Condition": ("{started}; wait(Condition())", {"frame"}),
+    # The README says no SIGINT while Julia is still sending, but the supervisor waits at most
+    # _INT_ACK_MAX (1 s) for the ACK: on a loaded machine the listener was not scheduled within
+    # that (seen in make mutants' baseline), and one SIGINT stopped the loop, state kept.
     "printing loop": (
         'function print_loop(); {started}; while true; println("spam spam spam"); end; end; '
         "print_loop()",
-        {"frame"},
+        {"frame", "sigint"},
     ),
     "blocking ccall": ("{started}; ccall(:sleep, Cuint, (Cuint,), 1000)", {"sigint"}),
     "finished task then sleep": ("t = @async 1 + 1; {started}; sleep(1000)", {"frame"}),
