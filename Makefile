@@ -2,12 +2,13 @@
 #             for headless graphics (install --xvfb).
 # make test:  setup, what only the tests need (a browser), then the whole suite.
 # make demo:  setup, then the main job.
+# make mutants: deliberate breaks that the tests guarding each promise must catch (not in test).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup setup-test test demo bench clean
+.PHONY: setup setup-test test demo bench mutants clean
 setup: $(STAMP)
 	@bash scripts/ensure-julia.sh
 	@bash scripts/ensure-xvfb.sh
@@ -33,6 +34,9 @@ demo: setup
 	$(PY) -m jupyter nbconvert --to notebook --execute examples/quickstart.ipynb --output-dir out \
 		--ExecutePreprocessor.kernel_name=julia-supervised --ExecutePreprocessor.timeout=120
 	@$(PY) scripts/notebook_summary.py out/quickstart.ipynb
+
+mutants: setup
+	$(PY) scripts/mutants.py $(MUTANTS_ARGS)
 
 bench: setup
 	$(PY) -m bench $(BENCH_ARGS)

@@ -1,11 +1,12 @@
 """The "Julia (supervised)" kernel with timestamps and knobs: run by the bench-julia-probe spec.
 
-It starts exactly what ``python -m jutul_jkernel`` starts (``IPKernelApp`` with ``JuliaKernel``).
+It starts exactly what ``python -m jutul_jkernel`` starts: ``IPKernelApp`` with that module's
+``APP_OPTIONS`` (``JuliaKernel``, no OutStream), so what it measures is the kernel users run.
 With ``$BENCH_TRACE`` set, a few methods are wrapped first so that each writes
 ``{"ev", "t", "id", "extra"}`` as a JSON line there; ``$BENCH_SERVER_JL`` swaps in the
 instrumented server copy. Knobs for what-if runs, all patched here and never in the package:
-``$BENCH_EXECUTE_SLEEP`` (ipykernel's ``Kernel._execute_sleep``), ``$BENCH_NO_OUTSTREAM``
-(``IPKernelApp.outstream_class = None``: sys.stdout stays a plain file), ``$BENCH_FLUSH_BYTES``
+``$BENCH_EXECUTE_SLEEP`` (ipykernel's ``Kernel._execute_sleep``), ``$BENCH_OUTSTREAM``
+(ipykernel's default OutStream instead of none: what the kernel did before), ``$BENCH_FLUSH_BYTES``
 (``streams.FLUSH_BYTES``), ``$BENCH_IOPUB_SYNC_BYTES`` (``kernel._IOPUB_SYNC_BYTES``).
 Only bench/ uses it.
 Events: py_main, imported, app_init_begin/end, kernel_start_begin/end, spawn_begin,
@@ -47,6 +48,7 @@ from ipykernel.kernelbase import Kernel  # noqa: E402
 
 from jutul_jkernel import _resources, streams, supervisor  # noqa: E402
 from jutul_jkernel import kernel as kernel_module  # noqa: E402
+from jutul_jkernel.__main__ import APP_OPTIONS  # noqa: E402
 from jutul_jkernel.kernel import JuliaKernel  # noqa: E402
 from jutul_jkernel.protocol import FrameKind  # noqa: E402
 
@@ -154,9 +156,9 @@ if __name__ == "__main__":
         streams.FLUSH_BYTES = int(os.environ["BENCH_FLUSH_BYTES"])
     if os.environ.get("BENCH_IOPUB_SYNC_BYTES"):
         kernel_module._IOPUB_SYNC_BYTES = int(os.environ["BENCH_IOPUB_SYNC_BYTES"])
-    options: dict[str, Any] = {"kernel_class": JuliaKernel}
-    if os.environ.get("BENCH_NO_OUTSTREAM"):
-        options["outstream_class"] = None
+    options: dict[str, Any] = dict(APP_OPTIONS)  # what `python -m jutul_jkernel` starts
+    if os.environ.get("BENCH_OUTSTREAM"):
+        del options["outstream_class"]  # ipykernel's default OutStream
     app = IPKernelApp.instance(**options)
     mark("app_init_begin")
     app.initialize()

@@ -104,7 +104,9 @@ class JuliaKernel(Kernel):
         super().__init__(**kwargs)
         # A private Xvfb comes with Julia when the kernelspec asks for one (install --xvfb).
         self.supervisor: JuliaSupervisor = supervisor_from_env(
-            on_stray_output=self._stray_output, backpressure=self._iopub_backpressure
+            on_stray_output=self._stray_output,
+            on_stray_display=self._stray_display,
+            backpressure=self._iopub_backpressure,
         )
         self._unsynced_bytes = 0
         self._is_complete_wait = _positive_seconds(
@@ -523,6 +525,11 @@ class JuliaKernel(Kernel):
     def _stray_output(self, stream: str, data: bytes) -> None:
         """Output between cells (a background task printing) goes to the last cell."""
         self._publish_stream(stream, data.decode("utf-8", "replace"), self._last_parent)
+
+    def _stray_display(self, msg: dict[str, Any]) -> None:
+        """A display between cells (a background task) goes to the last cell, as its output."""
+        if self._last_parent is not None:
+            self._publish_display(msg, self._last_parent)
 
     # ---- stdin ----
 

@@ -255,8 +255,9 @@ class JuliaSupervisor:
     ``$JUTUL_JKERNEL_JULIA_ARGS``; ``threads`` defaults to ``$JUTUL_JKERNEL_THREADS`` or
     physical cores minus one; ``startup_timeout`` defaults to
     ``$JUTUL_JKERNEL_STARTUP_TIMEOUT`` or 60 s. ``on_stray_output`` receives output printed
-    between executions (by background tasks); ``backpressure`` is awaited after each chunk of
-    Julia's output.
+    between executions (by background tasks) and ``on_stray_display`` their displays (without
+    it, their text/plain goes to ``on_stray_output``); ``backpressure`` is awaited after each
+    chunk of Julia's output.
     """
 
     def __init__(
@@ -270,6 +271,7 @@ class JuliaSupervisor:
         startup_timeout: float | None = None,
         log_dir: str | os.PathLike[str] | None = None,
         on_stray_output: OutputCallback | None = None,
+        on_stray_display: DisplayCallback | None = None,
         backpressure: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.julia = julia or os.environ.get("JUTUL_JKERNEL_JULIA") or "julia"
@@ -280,14 +282,23 @@ class JuliaSupervisor:
         self.threads = threads if threads is not None else os.environ.get("JUTUL_JKERNEL_THREADS")
         self.cwd = cwd
         self.env = env or {}
-        self.startup_timeout = (
-            startup_timeout
-            if startup_timeout is not None
-            else _env_seconds("JUTUL_JKERNEL_STARTUP_TIMEOUT", _STARTUP_TIMEOUT)
-        )
+        # A bad setting is reported by start(), as a JuliaStartupError: a kernel then stays up
+        # and every cell says what is wrong, where raising here would kill it before kernel_info.
+        self._setting_error: str | None = None
+        if startup_timeout is not None:
+            self.startup_timeout = startup_timeout
+        else:
+            try:
+                self.startup_timeout = _env_seconds(
+                    "JUTUL_JKERNEL_STARTUP_TIMEOUT", _STARTUP_TIMEOUT
+                )
+            except ValueError as exc:
+                self._setting_error = f"{exc}: set it to a number of seconds, or unset it"
+                self.startup_timeout = _STARTUP_TIMEOUT
         self._log_dir = Path(log_dir) if log_dir else None
         self._own_log_dir = False
         self.on_stray_output = on_stray_output
+        self.on_stray_display = on_stray_display
         # Awaited after every chunk read from Julia: a consumer that falls behind makes the
         # reader wait, TCP fills up and Julia's writes block, instead of output piling up here.
         self.backpressure = backpressure
@@ -337,6 +348,8 @@ class JuliaSupervisor:
         if self._closed:
             msg = "this JuliaSupervisor was shut down; create a new one"
             raise RuntimeError(msg)
+        if self._setting_error is not None:
+            raise JuliaStartupError(self._setting_error)
         async with self._start_lock:
             if not self.alive:
                 await self._spawn()
@@ -713,24 +726,20 @@ class JuliaSupervisor:
             return
         if kind is FrameKind.RDY:
             raise ProtocolError("a second RDY frame")
+        if ex is None and kind in (FrameKind.DSP, FrameKind.CLR):
+            # A task that outlived its cell displays where its println goes: the last cell.
+            shown = _display_msg(frame)
+            if self.on_stray_display is not None:
+                self.on_stray_display(shown)
+            elif self.on_stray_output is not None and shown["type"] != "clear_output":
+                text = shown["data"].get("text/plain", "")
+                self.on_stray_output("stdout", (text + "\n").encode())
+            return
         if ex is None or int(args[0]) != ex.id:
             log.debug("dropped a %s frame for execution %s: not running", kind.name, args[0])
             return
-        if kind is FrameKind.DSP:
-            msg = _json(frame)
-            shown: dict[str, Any] = {
-                "type": "update_display_data" if msg.get("update") else "display_data",
-                "data": _bundle_of(frame, msg.get("data")),
-                "metadata": _object_of(frame, msg.get("metadata", {}), "metadata"),
-            }
-            if "transient" in msg:
-                transient = _object_of(frame, msg["transient"], "transient")
-                if not isinstance(transient.get("display_id", ""), str):
-                    raise ProtocolError(f"DSP frame with a non-string display_id: {msg!r:.80}")
-                shown["transient"] = transient
-            self._display(ex, shown)
-        elif kind is FrameKind.CLR:
-            self._display(ex, {"type": "clear_output", "wait": args[1] == "1"})
+        if kind in (FrameKind.DSP, FrameKind.CLR):
+            self._display(ex, _display_msg(frame))
         elif kind is FrameKind.PAY:
             item = _json(frame)
             if not isinstance(item.get("source"), str):
@@ -1074,6 +1083,24 @@ async def _taken(ex: _Execution, ack: asyncio.Future[Any], timeout: float) -> bo
     if not (ack.done() or ex.future.done()):
         await asyncio.wait({ack, ex.future}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     return ack.done() or ex.future.done()
+
+
+def _display_msg(frame: Frame) -> dict[str, Any]:
+    """The display_data / update_display_data / clear_output message of a DSP or CLR frame."""
+    if frame.kind is FrameKind.CLR:
+        return {"type": "clear_output", "wait": frame.args[1] == "1"}
+    msg = _json(frame)
+    shown: dict[str, Any] = {
+        "type": "update_display_data" if msg.get("update") else "display_data",
+        "data": _bundle_of(frame, msg.get("data")),
+        "metadata": _object_of(frame, msg.get("metadata", {}), "metadata"),
+    }
+    if "transient" in msg:
+        transient = _object_of(frame, msg["transient"], "transient")
+        if not isinstance(transient.get("display_id", ""), str):
+            raise ProtocolError(f"DSP frame with a non-string display_id: {msg!r:.80}")
+        shown["transient"] = transient
+    return shown
 
 
 def _object_of(frame: Frame, value: object, what: str) -> dict[str, Any]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import secrets
+import select
 import subprocess
 import sys
 import time
@@ -24,6 +27,29 @@ STARTUP_TIMEOUT = 60.0
 REAP_GRACE = 5.0
 
 
+# Every process this test session starts inherits this mark (supervisors, kernels and raw
+# servers pass os.environ on), so the leftover guard finds our Julias even after they were
+# reparented to init, and never another session's.
+SESSION_MARK = secrets.token_hex(8)
+os.environ["JKERNEL_TEST_SESSION"] = SESSION_MARK
+
+
+def _is_julia(p: psutil.Process) -> bool:
+    return "julia" in p.name() or any("server.jl" in a for a in p.cmdline())
+
+
+def session_julias() -> list[psutil.Process]:
+    """Julia processes started (directly or not) by this test session, orphans included."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if _is_julia(p) and p.environ().get("JKERNEL_TEST_SESSION") == SESSION_MARK:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
 def julia_descendants() -> list[psutil.Process]:
     """Julia processes started, directly or not, by this test process."""
     found = []
@@ -42,12 +68,12 @@ SHARED: list[JuliaSupervisor] = []
 SHARED_KERNEL_PIDS: set[int] = set()
 
 
-def _leftovers() -> list[psutil.Process]:
-    shared = {s.pid for s in SHARED}
+def _leftovers(*, ignore_shared: bool) -> list[psutil.Process]:
+    owners = {s.pid for s in SHARED} | SHARED_KERNEL_PIDS if ignore_shared else set()
     left = []
-    for p in julia_descendants():
+    for p in session_julias() + julia_descendants():
         try:
-            if p.pid in shared or any(a.pid in SHARED_KERNEL_PIDS for a in p.parents()):
+            if p in left or {p.pid, *(a.pid for a in p.parents())} & owners:
                 continue
         except psutil.NoSuchProcess:
             continue
@@ -55,18 +81,40 @@ def _leftovers() -> list[psutil.Process]:
     return left
 
 
+def _describe(p: psutil.Process) -> str:
+    try:
+        return f"{p.pid} ({' '.join(p.cmdline()[:4])})"
+    except psutil.Error:
+        return str(p.pid)
+
+
+def _check_left_behind(*, ignore_shared: bool) -> None:
+    deadline = time.monotonic() + REAP_GRACE
+    left = _leftovers(ignore_shared=ignore_shared)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling for exits: there is no event for another's process ending
+        left = _leftovers(ignore_shared=ignore_shared)
+    desc = [_describe(p) for p in left]
+    for p in left:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()  # psutil checks that the pid still names the same process
+    assert not left, f"Julia processes left behind: {desc}"
+
+
 @pytest.fixture(autouse=True)
 def no_julia_left_behind() -> Iterator[None]:
-    """Fail the test if a Julia it started is still alive (or a zombie) afterwards."""
+    """Fail the test if a Julia it started is still alive (or a zombie) afterwards, whether
+    it is still our descendant or was reparented to init."""
     yield
-    deadline = time.monotonic() + REAP_GRACE
-    left = _leftovers()
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = _leftovers()
-    for p in left:
-        p.kill()
-    assert not left, f"Julia processes left behind: {[p.pid for p in left]}"
+    _check_left_behind(ignore_shared=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_julia_left_by_the_module() -> Iterator[None]:
+    """Fail the module if its shared kernels or supervisors left a Julia behind (this runs
+    after the module's own fixtures have ended them)."""
+    yield
+    _check_left_behind(ignore_shared=False)
 
 
 KERNEL_NAME = "julia-supervised-client-test"
@@ -191,6 +239,61 @@ class Output:
 @pytest.fixture
 def output() -> Output:
     return Output()
+
+
+class StartSignal:
+    """A FIFO that a cell writes to when it reaches a given point: an event to wait on, instead
+    of a guess of how long the cell needs to get there.
+
+    ``julia`` is the Julia statement that signals; it opens, writes and closes a file
+    synchronously, so it neither yields nor needs the cell's output to be forwarded (a cell
+    that computes forwards nothing until it yields).
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / f"started-{secrets.token_hex(4)}"
+        os.mkfifo(self.path, 0o600)
+        # Opened before the cell runs, so Julia's open for writing never blocks.
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+
+    @property
+    def julia(self) -> str:
+        path = str(self.path)
+        assert not set(path) & set('"$\\'), f"{path!r} needs quoting in Julia"
+        return f'write("{path}", "x")'
+
+    def wait(self, timeout: float) -> None:
+        """Block until the cell signalled; fail after ``timeout`` seconds."""
+        ready, _, _ = select.select([self._fd], [], [], timeout)
+        assert ready, f"the cell did not reach its start signal within {timeout:g} s"
+        assert os.read(self._fd, 16) == b"x"
+
+    async def wait_async(self, timeout: float) -> None:
+        """Wait on the event loop until the cell signalled; fail after ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(self._fd, lambda: ready.done() or ready.set_result(None))
+        try:
+            await asyncio.wait_for(ready, timeout)
+        except (TimeoutError, asyncio.TimeoutError):
+            msg = f"the cell did not reach its start signal within {timeout:g} s"
+            raise AssertionError(msg) from None
+        finally:
+            loop.remove_reader(self._fd)
+        assert os.read(self._fd, 16) == b"x"
+
+    def close(self) -> None:
+        os.close(self._fd)
+        self.path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def start_signal(tmp_path: Path) -> Iterator[StartSignal]:
+    sig = StartSignal(tmp_path)
+    try:
+        yield sig
+    finally:
+        sig.close()
 
 
 # ---- Jupyter end to end (test_notebooks.py, test_console.py) ----

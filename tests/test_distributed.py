@@ -17,7 +17,7 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from .conftest import SHARED_KERNEL_PIDS, START_TIMEOUT, start_kernel, stop_kernel
+from .conftest import SHARED_KERNEL_PIDS, START_TIMEOUT, StartSignal, start_kernel, stop_kernel
 from .test_kernel_client import collect, drain, execute, result_of, text_of
 
 pytestmark = pytest.mark.e2e
@@ -113,14 +113,18 @@ def test_worker_output_reaches_the_running_cell(
 
 def test_interrupting_pmap_stops_it_and_keeps_the_cluster(
     cluster: tuple[KernelManager, BlockingKernelClient, list[psutil.Process]],
+    start_signal: StartSignal,
 ) -> None:
     """interrupt_request during pmap replies InterruptException within 5 s; pmap hands out no
     more work; the session, its variables and both workers survive."""
     km, kc, workers = cluster
     drain(kc)
     execute(kc, "keep = 42; @everywhere done_items = Ref(0)")
-    msg_id = kc.execute("pmap(x -> (sleep(0.3); Main.done_items[] += 1; x), 1:200)")
-    time.sleep(2.0)
+    # The worker that finished item 1 signals: pmap is under way and has done some work.
+    msg_id = kc.execute(
+        f"pmap(x -> (sleep(0.3); Main.done_items[] += 1; x == 1 && {start_signal.julia}; x), 1:200)"
+    )
+    start_signal.wait(CELL_TIMEOUT)
     t0 = time.perf_counter()
     km.interrupt_kernel()
     reply, outputs = collect(kc, msg_id, CELL_TIMEOUT)
@@ -142,14 +146,18 @@ def test_interrupting_pmap_stops_it_and_keeps_the_cluster(
 
 def test_interrupting_a_computing_pmap(
     cluster: tuple[KernelManager, BlockingKernelClient, list[psutil.Process]],
+    start_signal: StartSignal,
 ) -> None:
     """A pmap whose workers compute (no sleep) stops just as fast; the cluster still answers."""
     km, kc, _ = cluster
     drain(kc)
     execute(kc, "keep = 42")
-    code = "pmap(x -> (s = 0.0; for i in 1:10^8; s += sin(i); end; s), 1:200)"
+    code = (
+        f"pmap(x -> (x == 1 && {start_signal.julia}; s = 0.0; for i in 1:10^8; s += sin(i); "
+        "end; s), 1:200)"
+    )
     msg_id = kc.execute(code)
-    time.sleep(2.0)
+    start_signal.wait(CELL_TIMEOUT)
     t0 = time.perf_counter()
     km.interrupt_kernel()
     reply, _ = collect(kc, msg_id, CELL_TIMEOUT)
@@ -179,8 +187,9 @@ def test_shutdown_request_leaves_no_worker(kernel_env: dict[str, str]) -> None:
     """After a shutdown_request the kernel, its Julia and both workers are gone within 10 s."""
     km, kc, workers = _own_cluster(kernel_env)
     try:
-        kc.shutdown()
+        msg_id = kc.shutdown()
         reply = kc.get_control_msg(timeout=CELL_TIMEOUT)
+        assert reply["parent_header"]["msg_id"] == msg_id
         assert reply["msg_type"] == "shutdown_reply"
         t0 = time.perf_counter()
         _, alive = psutil.wait_procs(workers, timeout=WORKERS_GONE_WITHIN)

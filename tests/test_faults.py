@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from .conftest import install_spec, julia_descendants
+from jutul_jkernel.supervisor import JuliaStartupError, JuliaSupervisor
+
+from .conftest import StartSignal, install_spec, julia_descendants
 from .test_kernel_client import (
     collect,
     execute,
+    reply_to,
     result_of,
     stop_kernel,
     text_of,
@@ -51,14 +50,31 @@ def start_named(name: str) -> tuple[KernelManager, BlockingKernelClient]:
     km.start_kernel()
     kc = km.client()
     kc.start_channels()
-    kc.wait_for_ready(timeout=60)
+    try:
+        kc.wait_for_ready(timeout=60)
+    except RuntimeError:
+        stop_kernel(km, kc)
+        raise
     return km, kc
+
+
+def assert_cells_fail_to_start(km: KernelManager, kc: BlockingKernelClient, *phrases: str) -> None:
+    """Two cells in a row each fail with a JuliaStartupError error output naming every phrase;
+    the kernel stays up."""
+    for _ in range(2):
+        reply, outputs = execute(kc, "1 + 1")
+        assert reply["content"]["status"] == "error"
+        assert reply["content"]["ename"] == "JuliaStartupError"
+        for phrase in phrases:
+            assert phrase in reply["content"]["evalue"]
+        assert [m for m in outputs if m["msg_type"] == "error"]
+    assert km.is_alive()
 
 
 @pytest.mark.parametrize(
     ("fault", "code", "expected"),
     [
-        ("SIGKILL from outside", "sleep(1000)", "SIGKILL"),
+        ("SIGKILL from outside", "{started}; sleep(1000)", "SIGKILL"),
         ("segfault", "unsafe_load(Ptr{Int}(0))", "signal (11)"),
         ("abort in C", "ccall(:abort, Cvoid, ())", "SIGABRT"),
         ("exit", "exit(7)", "exited with status 7"),
@@ -66,16 +82,22 @@ def start_named(name: str) -> tuple[KernelManager, BlockingKernelClient]:
     ],
 )
 def test_julia_fault_fails_the_cell_and_the_kernel_recovers(
-    own_kernel: tuple[KernelManager, BlockingKernelClient], fault: str, code: str, expected: str
+    own_kernel: tuple[KernelManager, BlockingKernelClient],
+    start_signal: StartSignal,
+    fault: str,
+    code: str,
+    expected: str,
 ) -> None:
     """The cell's error names what happened; the kernel stays up; the next cell runs fresh."""
     km, kc = own_kernel
     execute(kc, "keep = 1")
     old = julia_of(km)
-    msg_id = kc.execute(code)
+    julia = psutil.Process(old)  # kill() below checks that the pid was not reused meanwhile
+    started = start_signal
+    msg_id = kc.execute(code.replace("{started}", started.julia))
     if fault == "SIGKILL from outside":
-        time.sleep(0.5)
-        os.kill(old, signal.SIGKILL)
+        started.wait(30)
+        julia.kill()
     reply, outputs = collect(kc, msg_id)
     assert reply["content"]["status"] == "error"
     assert reply["content"]["ename"] == "JuliaDied"
@@ -95,15 +117,8 @@ def test_missing_julia_is_named_and_the_kernel_stays_up(spec_prefix: Path) -> No
     install_spec(spec_prefix, "jk-missing", "--julia", str(missing), "--no-check")
     km, kc = start_named("jk-missing")
     try:
-        for _ in range(2):
-            reply, _ = execute(kc, "1 + 1")
-            assert reply["content"]["status"] == "error"
-            assert reply["content"]["ename"] == "JuliaStartupError"
-            assert str(missing) in reply["content"]["evalue"]
-            assert "JUTUL_JKERNEL_JULIA" in reply["content"]["evalue"]
-        assert km.is_alive()
-        kc.kernel_info()
-        info = kc.get_shell_msg(timeout=30)["content"]
+        assert_cells_fail_to_start(km, kc, str(missing), "JUTUL_JKERNEL_JULIA")
+        info = reply_to(kc, kc.kernel_info())["content"]
         assert info["language_info"]["version"] == "unknown"
     finally:
         stop_kernel(km, kc)
@@ -154,15 +169,27 @@ def test_julia_stalling_before_the_handshake_times_out(spec_prefix: Path) -> Non
         stop_kernel(km, kc)
 
 
-def test_kernel_script_refuses_a_bad_timeout_setting(spec_prefix: Path) -> None:
-    """A malformed JUTUL_JKERNEL_STARTUP_TIMEOUT is reported, not silently ignored."""
-    env = {**os.environ, "JUTUL_JKERNEL_STARTUP_TIMEOUT": "soon"}
-    code = textwrap.dedent("""
-        from jutul_jkernel.supervisor import JuliaSupervisor
-        JuliaSupervisor()
-    """)
-    proc = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+def test_bad_timeout_setting_is_an_error_the_user_sees(spec_prefix: Path) -> None:
+    """A malformed JUTUL_JKERNEL_STARTUP_TIMEOUT does not kill the kernel before kernel_info
+    (a notebook would only say "kernel died"): the kernel stays up and every cell's error
+    names the setting and what is wrong with it."""
+    install_spec(
+        spec_prefix, "jk-bad-timeout", "--no-check", "--env", "JUTUL_JKERNEL_STARTUP_TIMEOUT=soon"
     )
-    assert proc.returncode != 0
-    assert "JUTUL_JKERNEL_STARTUP_TIMEOUT='soon' is not a positive number" in proc.stderr
+    km, kc = start_named("jk-bad-timeout")
+    try:
+        phrase = "JUTUL_JKERNEL_STARTUP_TIMEOUT='soon' is not a positive number"
+        assert_cells_fail_to_start(km, kc, phrase)
+    finally:
+        stop_kernel(km, kc)
+
+
+async def test_bad_timeout_setting_fails_start_not_the_constructor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """From Python the same setting makes start() raise JuliaStartupError naming it."""
+    monkeypatch.setenv("JUTUL_JKERNEL_STARTUP_TIMEOUT", "-5")
+    sup = JuliaSupervisor()
+    with pytest.raises(JuliaStartupError, match="JUTUL_JKERNEL_STARTUP_TIMEOUT='-5'"):
+        await sup.start()
+    await sup.shutdown()

@@ -1,0 +1,435 @@
+"""make mutants: deliberate breaks that the tests guarding each promise must catch.
+
+Each mutant below breaks one promise of the README on purpose: a list of edits (file, pattern,
+replacement) applied to a temporary copy of the tree, and the tests that guard that promise.
+The runner first runs every guarding test on the unbroken copy (they must pass), then, for each
+mutant, applies it to a fresh copy and runs only its guarding tests: a failure is "killed", a
+pass "survived". It prints one line per mutant and exits non-zero if any survived, if a
+pattern is not found (the code it targets changed: fix the pattern, never drop the mutant), or
+if a run errs.
+
+Patterns are regular expressions in which every run of spaces in the text matches any
+whitespace, so reformatting does not lose them; each must match exactly once. Add a mutant
+whenever a new promise is made.
+
+    python scripts/mutants.py                 # all mutants
+    python scripts/mutants.py M3 M9           # some of them
+    python scripts/mutants.py --list          # what they are
+    python scripts/mutants.py --tree main     # the same mutants against another commit's tree
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# One mutant's guarding tests on this 2-core machine take at most a few minutes; past this the
+# run is stuck, which counts as an error, not as killed.
+RUN_TIMEOUT = 900
+
+
+@dataclass(frozen=True)
+class Edit:
+    file: str
+    find: str  # text; runs of spaces match any whitespace; (?re) prefix: a raw regex
+    replace: str
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str
+    promise: str  # what the README promises, which this break violates
+    edits: tuple[Edit, ...]
+    tests: tuple[str, ...]  # "tests/file.py::test_name" (a name prefix: parametrized ids too)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+SUP = "jutul_jkernel/supervisor.py"
+KER = "jutul_jkernel/kernel.py"
+SRV = "julia/server.jl"
+SJ = "tests/test_supervisor_julia.py"
+KC = "tests/test_kernel_client.py"
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "M1",
+        "if Julia dies, every waiter fails at once (queries too)",
+        (Edit(SUP, "waiter.set_exception(j.death)", "pass  # mutant M1"),),
+        (f"{SJ}::test_queries_fail_fast_when_julia_dies",),
+    ),
+    Mutant(
+        "M2",
+        "a loop without safepoints is forced, state kept",
+        (Edit(SUP, r"(?re)^_BURST_COUNT = \d+$", "_BURST_COUNT = 0"),),
+        (
+            f"{SJ}::test_interrupt_of_a_loop_without_safepoints_is_forced",
+            f"{KC}::test_forced_interrupt_tells_the_user",
+        ),
+    ),
+    Mutant(
+        "M3",
+        "yielding cells stop by the socket request, allocating ones by one SIGINT",
+        (
+            Edit(
+                SUP,
+                "await self._send(j, encode(FrameKind.INT, ex.id)) "
+                "if await self._acked_before_silence(",
+                "if False and await self._acked_before_silence(",  # mutant M3: no INT frame
+            ),
+            Edit(SUP, "self._signal(j) ex.sigint_sent = True", "ex.sigint_sent = True"),
+        ),
+        (f"{SJ}::test_interrupt_keeps_state",),
+    ),
+    Mutant(
+        "M4",
+        "output is delivered whole, even 1 GiB of it",
+        (
+            Edit(
+                KER,
+                "def _publish_stream(self, name: str, text: str, parent: dict[str, Any] | None)"
+                " -> None:",
+                "def _publish_stream(self, name: str, text: str, parent: dict[str, Any] | None)"
+                " -> None:\n        if len(text) > 4096:\n            return  # mutant M4",
+            ),
+        ),
+        ("tests/test_load.py::test_one_gigabyte_streams_with_bounded_memory",),
+    ),
+    Mutant(
+        "M5",
+        "interrupts keep state; a restart happens only when nothing else stops the cell",
+        (
+            Edit(
+                SUP,
+                "async def _escalate(self, ex: _Execution) -> None:",
+                "async def _escalate(self, ex: _Execution) -> None:\n"
+                "        if self._julia is not None:  # mutant M5\n"
+                "            ex.killed_for_interrupt = True\n"
+                "            await self._kill(self._julia)\n"
+                "            return",
+            ),
+        ),
+        ("tests/test_load.py::test_interrupt_storm",),
+        {"JKERNEL_STORM_INTERRUPTS": "20"},
+    ),
+    Mutant(
+        "M6",
+        "threads default to physical cores - 1",
+        (Edit(SUP, "return max(1, cores - 1)", "return os.cpu_count() or 1  # mutant M6"),),
+        (f"{SJ}::test_threads_default_and_explicit",),
+    ),
+    Mutant(
+        "M7",
+        "a cell that yields is interrupted without any signal",
+        (
+            Edit(
+                SUP,
+                "if await self._acked_before_silence(j, ex, ack): return",
+                "await self._acked_before_silence(j, ex, ack)  # mutant M7: no return on the ACK",
+            ),
+        ),
+        (f"{SJ}::test_interrupt_keeps_state", f"{SJ}::test_first_interrupt_in_a_fresh_session"),
+    ),
+    Mutant(
+        "M8",
+        "output streams live while the cell runs",
+        (
+            Edit(
+                "jutul_jkernel/streams.py",
+                "if self._size >= FLUSH_BYTES: self.flush() elif self._timer is None: "
+                "self._timer = self._loop.call_later(FLUSH_DELAY, self.flush)",
+                "pass  # mutant M8",
+            ),
+        ),
+        (f"{KC}::test_output_is_live",),
+    ),
+    Mutant(
+        "M9",
+        "a SIGINT that lands in a finished task reaches the cell (the interrupt sink)",
+        (
+            Edit(
+                SRV,
+                "install_interrupt_sink!() @async flusher_loop()",
+                "@async flusher_loop()  # mutant M9: no interrupt sink",
+            ),
+        ),
+        (f"{SJ}::test_sigint_alone_stops_each_case",),
+    ),
+    Mutant(
+        "M10",
+        "a SIGINT that lands in a server task is forwarded to the cell (guarded)",
+        (
+            Edit(
+                SRV,
+                "if e isa InterruptException forward_interrupt() else",
+                "if e isa InterruptException\n                nothing  # mutant M10\n"
+                "            else",
+            ),
+        ),
+        (f"{SJ}::test_sigint_alone_stops_each_case",),
+    ),
+    Mutant(
+        "M11",
+        "every request gets exactly one reply",
+        (
+            Edit(
+                KER,
+                'if result.status != "ok": err = result.error',
+                'if result.status != "ok":\n'
+                "            self._sess.send(  # mutant M11: a second reply\n"
+                '                self.shell_stream, "execute_reply",\n'
+                '                {"status": "error", "execution_count": count, "ename": "E",'
+                ' "evalue": "", "traceback": []},\n'
+                "                parent, ident=ident,\n"
+                "            )\n"
+                "            err = result.error",
+            ),
+        ),
+        ("tests/test_load.py::test_interrupt_storm",),
+        {"JKERNEL_STORM_INTERRUPTS": "20"},
+    ),
+    Mutant(
+        "M12",
+        "server.jl accepts exactly the kinds protocol.py sends (change both or neither)",
+        (Edit(SRV, "const INCOMING = Dict(", 'const INCOMING = Dict("RUN" => 1, '),),
+        (f"{SJ}::test_frame_kinds_match_the_server",),
+    ),
+    Mutant(
+        "M13",
+        "the frame decoder rejects a malformed frame (here: an unknown output stream)",
+        (
+            Edit(
+                "jutul_jkernel/protocol.py",
+                "FrameKind.OUT: (OUTPUT_STREAMS,),",
+                "FrameKind.OUT: (),  # mutant M13",
+            ),
+        ),
+        ("tests/test_fuzz.py::test_decoder_random_bytes_give_frames_or_protocol_error",),
+    ),
+    Mutant(
+        "M14",
+        "server.jl rejects a frame kind it does not know",
+        (
+            Edit(
+                SRV,
+                'arity < 0 && protocol_failure("unknown frame kind in header $(repr(header))")',
+                "arity < 0 && return pos - 1  # mutant M14",
+            ),
+        ),
+        ("tests/test_fuzz.py::test_server_answers_odd_frames_and_exits_86_on_malformed_ones",),
+    ),
+    Mutant(
+        "M15",
+        "a restart says that state was lost",
+        (Edit(SUP, "state_kept=False,", "state_kept=True,  # mutant M15"),),
+        (f"{SJ}::test_interrupt_that_nothing_stops_restarts_julia",),
+    ),
+    Mutant(
+        "M16",
+        "a crash names the signal that ended Julia",
+        (
+            Edit(
+                SUP,
+                'return f"was killed by {name}" + (f" ({note})" if note else "")',
+                'return "died"  # mutant M16',
+            ),
+        ),
+        (f"{SJ}::test_killed_process_is_explained",),
+    ),
+    Mutant(
+        "M17",
+        "Julia does not outlive a killed supervisor",
+        (Edit(SRV, "watch_parent!() sock = connect(", "sock = connect("),),
+        (f"{SJ}::test_julia_does_not_outlive_a_killed_supervisor",),
+    ),
+    Mutant(
+        "M18",
+        "the handshake token is not visible to Julia code",
+        (Edit(SRV, 'delete!(ENV, "JUTUL_JKERNEL_TOKEN")', "nothing  # mutant M18"),),
+        (f"{SJ}::test_token_is_not_visible_to_julia_code_or_argv",),
+    ),
+    Mutant(
+        "M19",
+        "a bad JUTUL_JKERNEL_STARTUP_TIMEOUT is an error the user sees in the cell",
+        (
+            Edit(
+                SUP,
+                "self._setting_error: str | None = None",
+                "self._setting_error: str | None = None\n"
+                "        _env_seconds('JUTUL_JKERNEL_STARTUP_TIMEOUT', 1.0)  # mutant M19",
+            ),
+        ),
+        ("tests/test_faults.py::test_bad_timeout_setting_is_an_error_the_user_sees",),
+    ),
+    Mutant(
+        "M20",
+        "display from a task that outlives its cell reaches the last cell, as println does",
+        (
+            Edit(
+                SUP,
+                "if self.on_stray_display is not None: self.on_stray_display(shown)",
+                "if False:  # mutant M20\n                pass",
+            ),
+        ),
+        (f"{KC}::test_background_task_output_and_display_reach_the_last_cell",),
+    ),
+    Mutant(
+        "M21",
+        "server.jl reads each kind with the arity protocol.py writes",
+        (Edit(SRV, '"QRY" => 3', '"QRY" => 4'),),
+        (f"{SJ}::test_frame_kinds_match_the_server",),
+    ),
+)
+
+
+def _pattern(find: str) -> re.Pattern[str]:
+    if find.startswith("(?re)"):
+        return re.compile(find[5:], re.MULTILINE)
+    return re.compile(r"\s+".join(re.escape(word) for word in find.split()))
+
+
+class PatternError(Exception):
+    """A mutant's pattern does not match exactly once: the code it targets changed."""
+
+
+def apply(mutant: Mutant, tree: Path) -> None:
+    """Apply the mutant's edits to ``tree``; raise PatternError naming a pattern not found."""
+    for edit in mutant.edits:
+        path = tree / edit.file
+        text = path.read_text()
+        matches = list(_pattern(edit.find).finditer(text))
+        if len(matches) != 1:
+            what = "not found" if not matches else f"found {len(matches)} times"
+            msg = f"mutant {mutant.id}: pattern {what} in {edit.file}: {edit.find!r}"
+            raise PatternError(msg)
+        m = matches[0]
+        path.write_text(text[: m.start()] + edit.replace + text[m.end() :])
+
+
+def copy_tree(dest: Path, rev: str | None) -> None:
+    """The working tree's files (tracked and new, not ignored), or those of commit ``rev``."""
+    if rev is not None:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+        return
+    files = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, files):
+        src = ROOT / os.fsdecode(name)
+        if src.is_file():
+            target = dest / os.fsdecode(name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+
+
+def pytest_args(tests: tuple[str, ...]) -> list[str]:
+    files = sorted({t.split("::")[0] for t in tests})
+    names = sorted({t.split("::")[1] for t in tests if "::" in t})
+    return [*files, *(["-k", " or ".join(names)] if names else [])]
+
+
+def run_tests(tree: Path, tests: tuple[str, ...], env: dict[str, str]) -> tuple[int, str]:
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+           *pytest_args(tests)]  # fmt: skip
+    full_env = {**os.environ, **env, "PYTHONPATH": str(tree)}
+    try:
+        done = subprocess.run(
+            cmd, cwd=tree, env=full_env, capture_output=True, text=True, timeout=RUN_TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        return -1, f"no result within {RUN_TIMEOUT} s"
+    return done.returncode, done.stdout + done.stderr
+
+
+def summary(output: str) -> str:
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("ids", nargs="*", help="mutant ids (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--tree", metavar="REV", help="mutate this commit's tree instead")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the unbroken run")
+    parser.add_argument(
+        "--check", action="store_true", help="only check that every pattern applies"
+    )
+    args = parser.parse_args()
+    chosen = [m for m in MUTANTS if not args.ids or m.id in args.ids]
+    unknown = set(args.ids) - {m.id for m in MUTANTS}
+    if unknown:
+        parser.error(f"no such mutant: {', '.join(sorted(unknown))}")
+    if args.list:
+        for m in chosen:
+            print(f"{m.id:4} {m.promise}\n     guarded by {', '.join(m.tests)}")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="jk-mutants-") as tmp:
+        base = Path(tmp) / "base"
+        base.mkdir()
+        copy_tree(base, args.tree)
+        inapplicable = {}
+        for m in chosen:  # every pattern must be found before anything runs
+            probe = Path(tmp) / "probe"
+            shutil.copytree(base, probe)
+            try:
+                apply(m, probe)
+            except PatternError as exc:
+                if args.tree is None:
+                    raise SystemExit(str(exc)) from None
+                inapplicable[m.id] = str(exc)  # another commit's code: report, go on
+            shutil.rmtree(probe)
+        chosen = [m for m in chosen if m.id not in inapplicable]
+        for mid in inapplicable:
+            print(f"{mid:4} {'n/a (code not in this tree)':28}")
+        if args.check:
+            print(f"{len(chosen)} mutants apply")
+            return 0
+        if not args.no_baseline:
+            tests = tuple(sorted({t for m in chosen for t in m.tests}))
+            env = {k: v for m in chosen for k, v in m.env.items()}
+            code, out = run_tests(base, tests, env)
+            if code not in (0, 5):
+                print(out[-3000:])
+                print(f"baseline: the guarding tests fail without any mutant ({summary(out)})")
+                return 2
+            print(f"baseline: guarding tests pass unbroken ({summary(out)})", flush=True)
+        survived = errors = 0
+        for m in chosen:
+            tree = Path(tmp) / m.id
+            shutil.copytree(base, tree)
+            apply(m, tree)
+            t0 = time.monotonic()
+            code, out = run_tests(tree, m.tests, m.env)
+            took = time.monotonic() - t0
+            if code == 1:
+                verdict = "killed"
+            elif code in (0, 5):  # 5: no guarding test exists in this tree
+                verdict = "survived" if code == 0 else "survived (no guarding test)"
+                survived += 1
+            else:
+                verdict = f"error (pytest exit {code})"
+                errors += 1
+            print(f"{m.id:4} {verdict:28} {took:6.0f} s  {m.promise}", flush=True)
+            if code not in (0, 1, 5):
+                print("     " + "\n     ".join(out.strip().splitlines()[-15:]))
+            shutil.rmtree(tree)
+    print(f"{len(chosen) - survived - errors} killed, {survived} survived, {errors} errors")
+    return 1 if survived or errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
