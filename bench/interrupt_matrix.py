@@ -94,23 +94,33 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--settle", type=float, default=1.0)
+    parser.add_argument("--shape", default="", help="only the shapes whose name contains this")
     args = parser.parse_args()
     km = KernelManager(kernel_name=_install())
     km.start_kernel()
     kc = km.client()
     kc.start_channels()
     rows: dict[str, list[tuple[float, bool, bool]]] = {name: [] for name in SHAPES}
+    only = [n for n in SHAPES if not args.shape or args.shape in n]
     try:
         kc.wait_for_ready(timeout=60)
         reply, _, _ = _run(kc, SETUP, 120)
         assert reply["content"]["status"] == "ok", reply["content"]
         for trial in range(args.trials):
-            for name, code in SHAPES.items():
+            for name in only:
+                code = SHAPES[name]
                 msg_id = kc.execute(code, allow_stdin=name == "readline waiting")
                 time.sleep(args.settle)
                 t0 = time.monotonic()
                 km.interrupt_kernel()
-                reply, stderr, _ = _wait(kc, msg_id, REPLY_TIMEOUT)
+                try:
+                    reply, stderr, _ = _wait(kc, msg_id, REPLY_TIMEOUT)
+                except TimeoutError:
+                    # a hang is a result too: say which shape, then try to go on
+                    print(f"trial {trial + 1}: {name}: no reply within {REPLY_TIMEOUT:g} s",
+                          file=sys.stderr, flush=True)
+                    km.interrupt_kernel()
+                    reply, stderr = {}, "hung"
                 took = time.monotonic() - t0
                 _, _, kept = _run(kc, "keep", REPLY_TIMEOUT)
                 if kept != "42":  # lost: set it again so the next trials measure something
@@ -122,6 +132,8 @@ def main() -> int:
         km.shutdown_kernel(now=False)
     print(f"{'shape':28} {'median':>9} {'max':>9}  kept   forced")
     for name, results in rows.items():
+        if not results:
+            continue
         times = [t for t, _, _ in results]
         kept = sum(k for _, k, _ in results)
         forced = sum(f for _, _, f in results)

@@ -28,7 +28,6 @@
 #   ACK <n> 0                      answer to SYN <n>; for evaluation <n>: an interrupt reached it
 #                                  (the listener handed an INT frame over, or the evaluation
 #                                  caught one that came by signal). No ACK: it is not yielding
-#   PAY <id> <n>                   JSON reply payload of evaluation <id> (e.g. set_next_input)
 # Python -> Julia
 #   EXE <id> <n>                   code to evaluate (queued; evaluated one at a time, in order);
 #                                  backtraces call it In[<id>]
