@@ -64,7 +64,7 @@ _FIRST_FRAME_WAIT = 5.0
 # unwind through a libuv callback, and once left a pipe pump deaf, so that the cell never ended
 # (seen in 1 of ~30 print floods through the kernel).
 _INT_ACK_WAIT = 0.02
-_INT_ACK_MAX = 1.0
+_INT_ACK_MAX = 3.0
 # Allocating loops and blocking ccalls ACK a SIGINT within milliseconds (bench: "interrupt"
 # rows); past this the code has no safepoint (a float spin) and we send a burst, which makes
 # Julia force the throw. Short, so that every shape stops within a second; not shorter, since
@@ -74,6 +74,9 @@ _BURST_COUNT = 5
 _BURST_GAP = 0.05
 # After a forced throw the ACK follows within milliseconds; past this we restart.
 _BURST_WAIT = 3.0
+# Once a signal was taken, the cell's result follows within seconds (rendering the error is
+# the slow part when cold); past this Julia is wedged and restarted.
+_AFTER_SIGNAL_WAIT = 15.0
 # Shutdown: after EOF on its socket the server exits by itself; a cell that never yields does not
 # see the EOF, so SIGTERM then SIGKILL follow. Together well inside jupyter_client's 2.5 s.
 # An idle server exits in ~10 ms; one still compiling its warm-up (the first seconds after a
@@ -883,16 +886,20 @@ class JuliaSupervisor:
             ex.interrupt_path = "sigint"
             self._signal(j)
             ex.sigint_sent = True
-            if await _taken(ex, ack, _SIGINT_WAIT):
-                return
-            log.warning("execution %s ignored SIGINT; forcing the interrupt", ex.id)
-            ex.interrupt_path = "forced"
-            ex.forced = True
-            for _ in range(_BURST_COUNT):
-                self._signal(j)
-                if await _taken(ex, ack, _BURST_GAP):
-                    return
-            if await _taken(ex, ack, _BURST_WAIT):
+            taken = await _taken(ex, ack, _SIGINT_WAIT)
+            if not taken:
+                log.warning("execution %s ignored SIGINT; forcing the interrupt", ex.id)
+                ex.interrupt_path = "forced"
+                ex.forced = True
+                for _ in range(_BURST_COUNT):
+                    self._signal(j)
+                    if taken := await _taken(ex, ack, _BURST_GAP):
+                        break
+                taken = taken or await _taken(ex, ack, _BURST_WAIT)
+            # A signal can land anywhere, even in a libuv callback, and leave the server unable
+            # to finish the cell (seen twice in 120 interrupts under load). Taken, the cell ends
+            # in seconds; past _AFTER_SIGNAL_WAIT a restart beats a session that never answers.
+            if taken and await _finished(ex, _AFTER_SIGNAL_WAIT):
                 return
             log.warning("execution %s survived a forced interrupt; restarting Julia", ex.id)
             ex.interrupt_path = "restart"
@@ -1076,6 +1083,13 @@ class JuliaSupervisor:
                 return f.read().decode("utf-8", "replace").strip()
         except OSError as exc:
             return f"(could not read it: {exc})"
+
+
+async def _finished(ex: _Execution, timeout: float) -> bool:
+    """Wait up to ``timeout`` s for the execution's result; return whether it came."""
+    if not ex.future.done():
+        await asyncio.wait({ex.future}, timeout=timeout)
+    return ex.future.done()
 
 
 async def _taken(ex: _Execution, ack: asyncio.Future[Any], timeout: float) -> bool:

@@ -58,6 +58,8 @@ KER = "jutul_jkernel/kernel.py"
 SRV = "julia/server.jl"
 SJ = "tests/test_supervisor_julia.py"
 KC = "tests/test_kernel_client.py"
+IN = "tests/test_interrupts.py"
+RP = "tests/test_repl_parity.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -286,6 +288,42 @@ MUTANTS: tuple[Mutant, ...] = (
         "server.jl reads each kind with the arity protocol.py writes",
         (Edit(SRV, '"QRY" => 3', '"QRY" => 4'),),
         (f"{SJ}::test_frame_kinds_match_the_server",),
+    ),
+    Mutant(
+        "M22",
+        "a cell printing flat out stops by the socket request, output in flight cut short",
+        (Edit(SUP, "if ex is not None and ex.discarding: ex.dropped_bytes", "if False: ex.dropped_bytes"),),
+        (f"{IN}::test_print_flood_stops_by_frame_and_keeps_state",),
+    ),
+    Mutant(
+        "M23",
+        "a cell interrupted before it was sent never runs",
+        (Edit(SUP, "if self._interrupt_pending: # Interrupted", "if False: # Interrupted"),),
+        (f"{IN}::test_an_interrupt_while_the_cell_starts_is_not_lost",),
+    ),
+    Mutant(
+        "M24",
+        "loops in cells update globals (soft scope), as in the REPL and IJulia",
+        (Edit(SRV, "SOFTSCOPE[] ? Any[REPL.softscope] : Any[]", "Any[]"),),
+        (f"{RP}::test_a_loop_updates_a_global_as_in_the_repl",),
+    ),
+    Mutant(
+        "M25",
+        "display and clear_output work from a Threads.@spawn task",
+        (Edit(SRV, "Threads.threadid() == 1 && return f()", "return f()"),),
+        (f"{RP}::test_display_and_clear_output_from_another_thread",),
+    ),
+    Mutant(
+        "M26",
+        "jupyter console gets an is_complete answer within its 1 s",
+        (Edit(KER, "_IS_COMPLETE_WAIT = 0.8", "_IS_COMPLETE_WAIT = 30.0"),),
+        (f"{RP}::test_is_complete_answers_unknown_while_julia_is_busy",),
+    ),
+    Mutant(
+        "M27",
+        "Ctrl-C in jupyter console shows the InterruptException before the next prompt",
+        (Edit(KER, "await self._cell_settled(_INTERRUPT_SETTLE_WAIT)", "pass"),),
+        (f"{IN}::test_console_sees_the_interrupted_cells_error_before_idle",),
     ),
 )
 

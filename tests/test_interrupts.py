@@ -108,3 +108,48 @@ def test_print_flood_through_jupyter_client_keeps_the_session(kernel: Kernel) ->
         assert "restarted" not in notices and "forced" not in notices, notices
         _, outputs = execute(kc, "keep")
         assert result_of(outputs) == "42"
+
+
+@pytest.mark.e2e
+def test_console_sees_the_interrupted_cells_error_before_idle(kernel: Kernel) -> None:
+    """The interrupt_request's idle comes after the cell's error on IOPub.
+
+    jupyter_console stops reading a cell's IOPub at the first idle of its session, the
+    interrupt_request's included, then reads the execute_reply: had that idle come first,
+    Ctrl-C would print a new prompt and never the InterruptException.
+    """
+    km, kc = kernel
+    started = kc.execute('println("started"); sleep(1000)')
+    deadline = time.monotonic() + REPLY_TIMEOUT
+    seen: list[tuple[str, str]] = []
+    while not any(kind == "stream" for kind, _ in seen):  # the cell runs
+        assert time.monotonic() < deadline, "the cell never started"
+        try:
+            msg = kc.get_iopub_msg(timeout=0.1)
+        except queue.Empty:
+            continue
+        if msg["parent_header"].get("msg_id") == started:
+            seen.append((msg["msg_type"], ""))
+    interrupt = kc.session.msg("interrupt_request", {})
+    kc.control_channel.send(interrupt)
+    order: list[str] = []
+    while "interrupt idle" not in order or "cell idle" not in order:
+        assert time.monotonic() < deadline, f"IOPub so far: {order}"
+        try:
+            msg = kc.get_iopub_msg(timeout=0.1)
+        except queue.Empty:
+            continue
+        parent = msg["parent_header"].get("msg_id")
+        state = msg["content"].get("execution_state")
+        if parent == interrupt["header"]["msg_id"] and state == "idle":
+            order.append("interrupt idle")
+        elif parent == started and msg["msg_type"] == "error":
+            order.append("error")
+        elif parent == started and state == "idle":
+            order.append("cell idle")
+    assert order.index("error") < order.index("interrupt idle"), order
+    while True:  # its reply, so the next test starts clean
+        reply = kc.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
+        if reply["parent_header"].get("msg_id") == started:
+            assert reply["content"]["ename"] == "InterruptException"
+            break
