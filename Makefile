@@ -9,6 +9,7 @@ STAMP  := $(VENV)/.installed
 setup: $(STAMP)
 	@bash scripts/ensure-julia.sh
 	@bash scripts/ensure-browser.sh
+	@bash scripts/ensure-ssh.sh
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
