@@ -25,6 +25,7 @@ from jupyter_client.manager import KernelManager
 
 from .conftest import SHARED_KERNEL_PIDS, START_TIMEOUT, start_kernel, stop_kernel
 from .ssh_fixture import SshServer
+from .test_distributed import assert_everywhere_prints
 from .test_kernel_client import collect, drain, execute, result_of, text_of
 
 pytestmark = pytest.mark.e2e
@@ -168,13 +169,7 @@ def test_worker_output_reaches_the_cell(
 ) -> None:
     """println on the SSH workers shows up in the running cell's stdout."""
     _, kc, _, _ = ssh_cluster
-    drain(kc)
-    reply, outputs = execute(kc, '@everywhere println("hello from ", myid())', CELL_TIMEOUT)
-    assert reply["content"]["status"] == "ok"
-    out = text_of(outputs)
-    assert "hello from 1\n" in out
-    assert "From worker 2:\thello from 2" in out
-    assert "From worker 3:\thello from 3" in out
+    assert_everywhere_prints(kc)
 
 
 def test_interrupt_stops_the_remote_computation(
