@@ -16,6 +16,7 @@ setup: $(STAMP)
 # Only tests/test_jupyterlab.py drives a browser: the demo does not need one.
 setup-test: setup
 	@bash scripts/ensure-browser.sh
+	@bash scripts/ensure-ssh.sh
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -55,6 +55,17 @@ def _kill_survivors(procs: list[psutil.Process]) -> list[int]:
     return survivors
 
 
+def assert_everywhere_prints(kc: BlockingKernelClient) -> None:
+    """`@everywhere println` on the master and workers 2 and 3 shows up in the cell's stdout."""
+    drain(kc)
+    reply, outputs = execute(kc, '@everywhere println("hello from ", myid())', CELL_TIMEOUT)
+    assert reply["content"]["status"] == "ok"
+    out = text_of(outputs)
+    assert "hello from 1\n" in out
+    assert "From worker 2:\thello from 2" in out
+    assert "From worker 3:\thello from 3" in out
+
+
 def _add_workers(kc: BlockingKernelClient) -> list[psutil.Process]:
     reply, outputs = execute(kc, ADD_WORKERS, ADDPROCS_TIMEOUT)
     assert reply["content"]["status"] == "ok", reply["content"]
@@ -97,13 +108,7 @@ def test_worker_output_reaches_the_running_cell(
 ) -> None:
     """println on every process (and in a remotecall) shows up in that cell's stdout."""
     _, kc, _ = cluster
-    drain(kc)
-    reply, outputs = execute(kc, '@everywhere println("hello from ", myid())', CELL_TIMEOUT)
-    assert reply["content"]["status"] == "ok"
-    out = text_of(outputs)
-    assert "hello from 1\n" in out
-    assert "From worker 2:\thello from 2" in out
-    assert "From worker 3:\thello from 3" in out
+    assert_everywhere_prints(kc)
     reply, outputs = execute(
         kc, 'remotecall_fetch(() -> (println("remote hi"); myid()), 2)', CELL_TIMEOUT
     )
