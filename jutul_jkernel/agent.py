@@ -298,6 +298,9 @@ class Agent:
     def on_sigint(self) -> None:
         """Interrupt the running request; between requests there is nothing to interrupt."""
         if self._running is None:
+            # Said on stderr, which the protocol leaves free: stdout carries only responses.
+            print("jutul-jkernel-agent: SIGINT with no request running: ignored",
+                  file=sys.stderr, flush=True)
             return
         self._interrupted = self._running
         task = asyncio.ensure_future(self.supervisor.interrupt())

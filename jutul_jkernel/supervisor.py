@@ -429,9 +429,10 @@ class JuliaSupervisor:
         ignored every interrupt) interrupted after a restart, with ``state_kept`` False.
         """
         ex = self._current
-        if ex is None and self._lock.locked():
-            # An execution is about to start (Julia starting, or the SYN after a SIGINT):
-            # interrupt it as soon as it is sent, rather than dropping the request.
+        if ex is None and self._lock.locked() and not self.alive:
+            # An execution waits for Julia to start (seconds): it is the one the user means, so
+            # it is resolved as interrupted instead of sent. A request that arrives within the
+            # milliseconds between two executions is not taken for the next one.
             self._interrupt_pending = True
             return
         if ex is None or ex.future.done() or (ex.interrupter and not ex.interrupter.done()):

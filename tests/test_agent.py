@@ -80,6 +80,11 @@ class AgentProcess:
         line, _, self.buffer = self.buffer.partition(b"\n")
         return line.decode()
 
+    def stderr_bytes(self) -> bytes:
+        # pread: the agent writes through the same file offset, which a seek would move
+        fd = self.stderr.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0)
+
     def seen(self) -> str:
         self.stderr.seek(0)
         err = self.stderr.read().decode(errors="replace")
@@ -349,6 +354,12 @@ def test_interrupt_printing_loop_keeps_state_and_sync(agent: AgentProcess, tmp_p
 
 def test_sigint_between_requests_is_ignored(agent: AgentProcess) -> None:
     os.kill(agent.proc.pid, signal.SIGINT)
+    # Sent at once, the next request could start before the agent sees the signal, and then
+    # the interrupt is rightly its own: wait for the agent's word that it ignored it.
+    deadline = time.monotonic() + STEP_TIMEOUT
+    while b"SIGINT with no request running: ignored" not in agent.stderr_bytes():
+        assert time.monotonic() < deadline, agent.seen()
+        time.sleep(0.02)
     assert_in_sync(agent, 1)
     assert agent.proc.poll() is None
 
