@@ -84,6 +84,10 @@ _AFTER_SIGNAL_WAIT = 15.0
 _EXIT_AFTER_EOF_WAIT = 1.0
 _EXIT_AFTER_TERM_WAIT = 0.5
 _REAP_WAIT = 2.0
+# A cancelled execution is interrupted: the whole escalation above, then a kill, fit in this.
+_SETTLE_WAIT = (
+    _INT_ACK_MAX + _SIGINT_WAIT + _BURST_COUNT * _BURST_GAP + _BURST_WAIT + _AFTER_SIGNAL_WAIT
+) + 2 * _REAP_WAIT
 # How much of Julia's stderr a death report quotes.
 _STDERR_TAIL_BYTES = 2048
 _LOG_TAIL_BYTES = 2048
@@ -315,6 +319,7 @@ class JuliaSupervisor:
         self._lost_state: str | None = None  # notice for the next execution after a death
         self._needs_sync = False
         self._interrupt_pending = False  # interrupt() came while an execution was starting
+        self._settling: asyncio.Task[None] | None = None  # see _settle
         self._closed = False
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -376,9 +381,12 @@ class JuliaSupervisor:
         cell as the REPL and IJulia know it: its code goes to Julia's ``In[n]`` and its shown
         value to ``Out[n]`` (``n`` from ``In[n]``, else the execution's id), and the
         pre-execute hooks run; an unnamed one (``user_expressions``) leaves history alone.
-        Raises JuliaDiedError if Julia dies meanwhile.
+        Raises JuliaDiedError if Julia dies meanwhile. Cancelling it (a timeout around it, say)
+        interrupts the cell as interrupt() would, and the next execution waits until it ended.
         """
         async with self._lock:
+            if self._settling is not None:
+                await self._settling  # a cancelled execution is still being interrupted
             await self.start()
             notice, self._lost_state = self._lost_state, None
             if self._needs_sync:
@@ -408,19 +416,38 @@ class JuliaSupervisor:
                     self._resolve(ex, "int", "InterruptException")
                 else:
                     await self._send(j, frame)
-                result = await ex.future
+                # Shielded: cancelling this task must not cancel the future, which stays
+                # the cell's fate while _settle interrupts it.
+                result = await asyncio.shield(ex.future)
             except asyncio.CancelledError:
                 if self.alive and not ex.future.done():
-                    with contextlib.suppress(ConnectionError):
-                        await self._send(j, encode(FrameKind.INT, ex.id))
-                    self._needs_sync = True
+                    # The caller gave up on the cell (a timeout, a cancelled task), but Julia
+                    # still runs it, perhaps blocked in C: it is interrupted as interrupt()
+                    # would, and the next execution waits until it has ended, instead of
+                    # queueing behind it.
+                    self._settling = asyncio.create_task(self._settle(ex))
                 raise
             finally:
-                self._current = None
-                self._finish_execution(ex)
+                if self._settling is None:
+                    self._current = None
+                    self._finish_execution(ex)
             if notice:
                 result.notice = notice if not result.notice else f"{notice}\n{result.notice}"
             return result
+
+    async def _settle(self, ex: _Execution) -> None:
+        """Interrupt a cancelled execution and wait (bounded by the escalation, which ends in
+        a restart) until it has ended."""
+        try:
+            if ex.interrupter is None or ex.interrupter.done():
+                ex.interrupter = asyncio.create_task(self._escalate(ex))
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(ex.future), _SETTLE_WAIT)
+        finally:
+            if self._current is ex:
+                self._current = None
+            self._finish_execution(ex)
+            self._settling = None
 
     async def interrupt(self) -> None:
         """Interrupt the running execution, escalating as needed; return at once.

@@ -325,6 +325,24 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit(KER, "await self._cell_settled(_INTERRUPT_SETTLE_WAIT)", "pass"),),
         (f"{IN}::test_console_sees_the_interrupted_cells_error_before_idle",),
     ),
+    Mutant(
+        "M28",
+        "a cancelled execute() interrupts its cell instead of leaving Julia running it",
+        (Edit(SUP, "result = await asyncio.shield(ex.future)", "result = await ex.future"),),
+        (f"{SJ}::test_a_cancelled_execution_is_interrupted",),
+    ),
+    Mutant(
+        "M29",
+        "a cancelled execution blocked in C is stopped by the whole escalation, not a frame",
+        (
+            Edit(
+                SUP,
+                "self._settling = asyncio.create_task(self._settle(ex))",
+                "await self._send(j, encode(FrameKind.INT, ex.id))",
+            ),
+        ),
+        (f"{SJ}::test_a_cancelled_execution_is_interrupted",),
+    ),
 )
 
 
