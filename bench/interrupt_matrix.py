@@ -1,12 +1,14 @@
 """Interrupt matrix through jupyter_client: every cell shape, many trials, one kernel.
 
-    python -m bench.interrupt_matrix [--trials 20] [--settle 1.0]
+    python -m bench.interrupt_matrix [--trials 20] [--settle 1.0] [--ssh]
 
 One kernel (the installed kernelspec, as a notebook would start it) runs each shape in
 rotation; each trial interrupts it after ``--settle`` seconds with
 ``KernelManager.interrupt_kernel()`` and then checks that a variable set at the start is still
 there. Prints, per shape, the median and maximum time from the interrupt to the execute_reply,
 how often state was kept, and how often the interrupt had to be forced (the cell's notice).
+With ``--ssh`` a private sshd on loopback (the tests' fixture) serves two more workers, and a
+``pmap`` over them is one more shape.
 Interrupts must never lose the session: the kernel's promise, measured here rather than
 asserted, since timings on a shared 2-core machine are noise.
 """
@@ -16,11 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 import queue
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from jupyter_client.manager import KernelManager
@@ -38,9 +42,13 @@ SHAPES: dict[str, str] = {
     ),
     "readline waiting": "readline()",
     "shell command": ";sleep 1000",
-    "Distributed pmap (local)": "pmap(x -> (sleep(1000); x), workers())",
+    # Pkg's REPL mode stalled in libgit2 on a server that accepts but never answers (a hung
+    # network during `] add`): libgit2 retries a read that a SIGINT interrupts.
+    "] add, server silent": "] add http://127.0.0.1:{silent_port}/Slow.jl.git",
+    "Distributed pmap (local)": "pmap(x -> (sleep(1000); x), local_workers)",
 }
-SETUP = "using Distributed; addprocs(2); keep = 42"
+SSH_SHAPE = {"Distributed pmap (ssh)": "pmap(x -> (sleep(1000); x), ssh_workers)"}
+SETUP = "using Distributed; local_workers = addprocs(2); keep = 42"
 REPLY_TIMEOUT = 30.0
 
 
@@ -95,20 +103,37 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--settle", type=float, default=1.0)
     parser.add_argument("--shape", default="", help="only the shapes whose name contains this")
+    parser.add_argument("--ssh", action="store_true", help="also pmap over two workers via ssh")
     args = parser.parse_args()
+    # Listens and never accepts: the kernel completes the TCP handshake, nothing answers.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    shapes = {n: c.replace("{silent_port}", str(silent.getsockname()[1])) for n, c in SHAPES.items()}
+    setup = SETUP
+    ssh: Any = None
+    if args.ssh:
+        from tests.ssh_fixture import SshServer  # the tests' private sshd
+
+        ssh = SshServer.start(Path(tempfile.mkdtemp(prefix="jj-matrix-ssh-")))
+        shapes.update(SSH_SHAPE)
+        setup += (
+            f'; ssh_workers = addprocs([("{ssh.host} 127.0.0.1", 2)]; sshflags = {ssh.sshflags}, '
+            "exename = joinpath(Sys.BINDIR, Base.julia_exename()))"
+        )
     km = KernelManager(kernel_name=_install())
     km.start_kernel()
     kc = km.client()
     kc.start_channels()
-    rows: dict[str, list[tuple[float, bool, bool]]] = {name: [] for name in SHAPES}
-    only = [n for n in SHAPES if not args.shape or args.shape in n]
+    rows: dict[str, list[tuple[float, bool, bool]]] = {name: [] for name in shapes}
+    only = [n for n in shapes if not args.shape or args.shape in n]
     try:
         kc.wait_for_ready(timeout=60)
-        reply, _, _ = _run(kc, SETUP, 120)
+        reply, _, _ = _run(kc, setup, 180)
         assert reply["content"]["status"] == "ok", reply["content"]
         for trial in range(args.trials):
             for name in only:
-                code = SHAPES[name]
+                code = shapes[name]
                 msg_id = kc.execute(code, allow_stdin=name == "readline waiting")
                 time.sleep(args.settle)
                 t0 = time.monotonic()
@@ -124,12 +149,17 @@ def main() -> int:
                 took = time.monotonic() - t0
                 _, _, kept = _run(kc, "keep", REPLY_TIMEOUT)
                 if kept != "42":  # lost: set it again so the next trials measure something
-                    _run(kc, SETUP, 120)
+                    _run(kc, setup, 180)
                 rows[name].append((took, kept == "42", "forced" in stderr))
             print(f"trial {trial + 1}/{args.trials} done", file=sys.stderr, flush=True)
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=False)
+        silent.close()
+        if ssh is not None:
+            left = ssh.stop()
+            if left:
+                print(f"left under the sshd: {left}", file=sys.stderr)
     print(f"{'shape':28} {'median':>9} {'max':>9}  kept   forced")
     for name, results in rows.items():
         if not results:

@@ -70,6 +70,14 @@ _INT_ACK_MAX = 3.0
 # Julia force the throw. Short, so that every shape stops within a second; not shorter, since
 # Julia also forces the throw into its compiler, which a cold cell may be in for a while.
 _SIGINT_WAIT = 0.5
+# Julia defers a SIGINT while it compiles, and a forced throw that lands in its compiler wedges
+# or crashes it (seen: interrupting a cold `] add`, 4 of 4 trials lost the session). Compiling
+# touches new memory all the time and a loop without safepoints none, so while the main thread
+# has taken a page fault within the last _COMPILE_QUIET we wait for the deferred SIGINT instead
+# of forcing, up to _COMPILE_WAIT. Where /proc is missing we force as before.
+_COMPILE_SAMPLE = 0.1
+_COMPILE_QUIET = 0.5  # LLVM's own passes can go a quarter second without a new page
+_COMPILE_WAIT = 30.0
 _BURST_COUNT = 5
 _BURST_GAP = 0.05
 # After a forced throw the ACK follows within milliseconds; past this we restart.
@@ -86,8 +94,8 @@ _EXIT_AFTER_TERM_WAIT = 0.5
 _REAP_WAIT = 2.0
 # A cancelled execution is interrupted: the whole escalation above, then a kill, fit in this.
 _SETTLE_WAIT = (
-    _INT_ACK_MAX + _SIGINT_WAIT + _BURST_COUNT * _BURST_GAP + _BURST_WAIT + _AFTER_SIGNAL_WAIT
-) + 2 * _REAP_WAIT
+    _INT_ACK_MAX + _SIGINT_WAIT + _COMPILE_WAIT + _BURST_COUNT * _BURST_GAP + _BURST_WAIT
+) + _AFTER_SIGNAL_WAIT + 2 * _REAP_WAIT
 # How much of Julia's stderr a death report quotes.
 _STDERR_TAIL_BYTES = 2048
 _LOG_TAIL_BYTES = 2048
@@ -175,6 +183,8 @@ class _Execution:
     discarding: bool = False
     dropped_bytes: int = 0
     interrupter: asyncio.Task[None] | None = None
+    acked: bool = False  # Julia took the current interrupt; the cell may still go on
+    again: bool = False  # another interrupt was asked for while one was under way
     input_tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
@@ -462,8 +472,16 @@ class JuliaSupervisor:
             # milliseconds between two executions is not taken for the next one.
             self._interrupt_pending = True
             return
-        if ex is None or ex.future.done() or (ex.interrupter and not ex.interrupter.done()):
+        if ex is None or ex.future.done():
             return
+        if ex.interrupter and not ex.interrupter.done():
+            if not ex.acked:
+                # The escalation under way answers it; should the cell catch that interrupt and
+                # go on, this one starts over once Julia has taken it.
+                ex.again = True
+                return
+            ex.interrupter.cancel()  # Julia took the last one and the cell went on: start over
+        ex.acked = ex.again = False
         ex.interrupter = asyncio.create_task(self._escalate(ex))
 
     async def restart(self) -> None:
@@ -618,6 +636,7 @@ class JuliaSupervisor:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         j.reader, j.writer = await asyncio.open_connection(sock=conn, limit=_READ_CHUNK_BYTES)
         self._julia = j
+        self._needs_sync = False  # no SIGINT of ours is in flight to a new Julia
         info_waiter = asyncio.get_running_loop().create_future()
         self._waiters[0] = info_waiter
         j.reader_task = asyncio.create_task(self._read_loop(j, decoder, early))
@@ -893,7 +912,7 @@ class JuliaSupervisor:
             ex.interrupter.cancel()
         for task in list(ex.input_tasks):
             task.cancel()
-        if ex.sigint_sent:
+        if ex.sigint_sent and not ex.killed_for_interrupt:
             self._needs_sync = True
 
     # ---- interrupts ----
@@ -910,11 +929,16 @@ class JuliaSupervisor:
             ex.interrupt_path = "frame"
             await self._send(j, encode(FrameKind.INT, ex.id))
             if await self._acked_before_silence(j, ex, ack):
+                self._start_over_if_asked_again(ex)
                 return
             ex.interrupt_path = "sigint"
+            faults = _main_thread_faults(j.proc.pid)
+            log.debug("execution %s: no ACK of the INT frame; sending SIGINT", ex.id)
             self._signal(j)
             ex.sigint_sent = True
             taken = await _taken(ex, ack, _SIGINT_WAIT)
+            if not taken:
+                taken = await _taken_while_compiling(j, ex, ack, faults)
             if not taken:
                 log.warning("execution %s ignored SIGINT; forcing the interrupt", ex.id)
                 ex.interrupt_path = "forced"
@@ -927,8 +951,13 @@ class JuliaSupervisor:
             # A signal can land anywhere, even in a libuv callback, and leave the server unable
             # to finish the cell (seen twice in 120 interrupts under load). Taken, the cell ends
             # in seconds; past _AFTER_SIGNAL_WAIT a restart beats a session that never answers.
-            if taken and await _finished(ex, _AFTER_SIGNAL_WAIT):
-                return
+            # A cell whose own code caught the interrupt may go on meanwhile, and a new
+            # interrupt then starts over (see interrupt()).
+            if taken:
+                log.debug("execution %s: Julia took the interrupt (%s)", ex.id, ex.interrupt_path)
+                ex.acked = True
+                if self._start_over_if_asked_again(ex) or await _finished(ex, _AFTER_SIGNAL_WAIT):
+                    return
             log.warning("execution %s survived a forced interrupt; restarting Julia", ex.id)
             ex.interrupt_path = "restart"
             ex.killed_for_interrupt = True
@@ -936,8 +965,21 @@ class JuliaSupervisor:
         except (ConnectionError, JuliaDiedError):
             return
         finally:
-            # A late ACK finds no waiter and is dropped; a death finds no orphaned future.
-            self._waiters.pop(ex.id, None)
+            # A late ACK finds no waiter and is dropped; a death finds no orphaned future. (A
+            # later escalation of the same execution has its own waiter under the same key.)
+            if self._waiters.get(ex.id) is ack:
+                del self._waiters[ex.id]
+            if ack.done() and not ack.cancelled():
+                ack.exception()  # the death that woke it is the execution's to report
+
+    def _start_over_if_asked_again(self, ex: _Execution) -> bool:
+        """Julia took the interrupt; if another was asked for meanwhile and the cell goes on
+        (its code caught the first), escalate anew for that one. Whether it did."""
+        if not ex.again or ex.future.done():
+            return False
+        ex.acked = ex.again = False
+        ex.interrupter = asyncio.create_task(self._escalate(ex))
+        return True
 
     @staticmethod
     async def _acked_before_silence(j: _Julia, ex: _Execution, ack: asyncio.Future[Any]) -> bool:
@@ -1118,6 +1160,43 @@ async def _finished(ex: _Execution, timeout: float) -> bool:
     if not ex.future.done():
         await asyncio.wait({ex.future}, timeout=timeout)
     return ex.future.done()
+
+
+def _main_thread_faults(pid: int) -> int | None:
+    """Minor page faults of a process's main thread so far (Linux), else None."""
+    try:
+        stat = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[7])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+async def _taken_while_compiling(
+    j: _Julia, ex: _Execution, ack: asyncio.Future[Any], faults: int | None
+) -> bool:
+    """Wait for the ACK while Julia's main thread keeps touching new memory (see
+    _COMPILE_WAIT); False once it touched none for _COMPILE_QUIET, or at the bound."""
+    if faults is None:
+        return False
+    loop = asyncio.get_running_loop()
+    now = loop.time()
+    until = now + _COMPILE_WAIT
+    last_growth = now - _SIGINT_WAIT  # faults was read when the SIGINT was sent
+    logged = False
+    while True:
+        current = _main_thread_faults(j.proc.pid)
+        now = loop.time()
+        if current is None or now >= until:
+            return False
+        if current != faults:
+            faults, last_growth = current, now
+            if not logged:
+                log.info("execution %s: Julia is compiling; waiting for it to take the SIGINT", ex.id)
+                logged = True
+        elif now - last_growth >= _COMPILE_QUIET:
+            return False
+        if await _taken(ex, ack, _COMPILE_SAMPLE):
+            return True
 
 
 async def _taken(ex: _Execution, ack: asyncio.Future[Any], timeout: float) -> bool:

@@ -343,6 +343,18 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         (f"{SJ}::test_a_cancelled_execution_is_interrupted",),
     ),
+    Mutant(
+        "M30",
+        "an interrupt never forces a throw into Julia's compiler: it waits while Julia compiles",
+        (
+            Edit(
+                SUP,
+                "taken = await _taken_while_compiling(j, ex, ack, faults)",
+                "taken = False",
+            ),
+        ),
+        (f"{SJ}::test_interrupt_while_julia_compiles_keeps_the_session",),
+    ),
 )
 
 

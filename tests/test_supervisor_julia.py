@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -450,6 +451,49 @@ async def test_first_interrupt_in_a_fresh_session(
     assert result.interrupt_path == "frame"
     assert (await run(julia, "keep")).text == "42"
     print(f"\n[interrupt] sleep, fresh session: {latency * 1000:.0f} ms, state kept")
+
+
+# Interrupted this long after the cell started, a cold `] add` from a server that never answers
+# is compiling Pkg (Julia defers the SIGINT; a forced throw there crashed or wedged Julia, 4 of 4
+# times at 1 and 2 s before the supervisor waited for compiling to end) or, later, blocked in
+# libgit2, which retries the read a SIGINT interrupts. The promise holds at any moment.
+PKG_ADD_INTERRUPT_AFTER = (1.0, 2.0, 3.5)
+
+
+@pytest.mark.parametrize("after", PKG_ADD_INTERRUPT_AFTER)
+async def test_interrupt_while_julia_compiles_keeps_the_session(
+    tmp_path: Path, after: float
+) -> None:
+    """A fresh Julia runs `] add` against a loopback server that accepts and never answers;
+    an interrupt while Pkg's code is still being compiled, or stalled in C, ends the cell with
+    the session kept: no forced throw into the compiler, no restart."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    port = silent.getsockname()[1]
+    project = tmp_path / "project"
+    project.mkdir()
+    sup = JuliaSupervisor(
+        julia_args=[f"--project={project}"],
+        env={"JULIA_DEPOT_PATH": str(tmp_path / "depot")},  # Pkg's clones go there
+        startup_timeout=STARTUP_TIMEOUT,
+    )
+    try:
+        await sup.start()
+        pid = sup.pid
+        assert (await run(sup, "keep = 42")).status == "ok"
+        task = asyncio.create_task(sup.execute(f"] add http://127.0.0.1:{port}/Slow.jl.git"))
+        done, _ = await asyncio.wait({task}, timeout=after)  # the moment is the parameter
+        assert not done, f"`] add` ended by itself: {task.result()!r}"
+        await sup.interrupt()
+        result = await asyncio.wait_for(task, INTERRUPT_BOUND + 30.0)
+        assert result.interrupt_path not in {"forced", "restart"}, result
+        assert result.state_kept, result
+        assert sup.alive and sup.pid == pid
+        assert (await run(sup, "keep")).text == "42"
+    finally:
+        silent.close()
+        await sup.shutdown()
 
 
 @pytest.mark.asyncio(loop_scope="module")
