@@ -59,11 +59,23 @@ let script = @__FILE__,
     end
 
     # Why the cache cannot be used, or nothing when it can. Julia's own check decides:
-    # Base.isprecompiled (1.10+, base/loading.jl) or stale_cachefile over every cache file
-    # (1.5-1.9, base/loading.jl: `true` means stale). Both say why only through @debug,
-    # which a SimpleLogger at Debug level catches for the log line.
+    # Base.isprecompiled(pkg; sourcepath) on 1.10+ (base/loading.jl, "compat: Julia 1.10";
+    # read in JuliaLang/julia at ad0620f) or stale_cachefile(modpath, cachefile) over every
+    # cache file on 1.5-1.9 (base/loading.jl of 1.5.3: `true` means stale). Both say why only
+    # through @debug, which a SimpleLogger at Debug level catches for the log line. If the
+    # check itself fails (an internal API that changed), the source is the safe way.
     function cache_problem()
-        found = with_package() do
+        found = try
+            check_cache()
+        catch e
+            return "checking the cache failed: " * sprint(showerror, e)
+        end
+        found === nothing && return "no compiled cache for Julia $VERSION in $depot"
+        return isempty(found) ? nothing : found
+    end
+
+    function check_cache()
+        with_package() do
             isempty(Base.find_all_in_cache_path(pkg)) && return nothing
             reasons = IOBuffer()
             logger = Base.CoreLogging.SimpleLogger(reasons, Base.CoreLogging.Debug)
@@ -77,8 +89,6 @@ let script = @__FILE__,
             isempty(lines) && return "the cache is stale"
             return strip(lstrip(last(lines), ['┌', '│', ' ']))
         end
-        found === nothing && return "no compiled cache for Julia $VERSION in $depot"
-        return isempty(found) ? nothing : found
     end
 
     if precompiling
