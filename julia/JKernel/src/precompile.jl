@@ -94,6 +94,23 @@ function precompile_workload()
     precompile(next_indent, (String,))
     precompile(identifier_at, (String, Int))
     precompile(json, (Vector{String},))
+
+    # Run the hot paths once as well: on 1.5-1.8 this infers what they reach through dynamic
+    # calls (mime_bundle of the value, error_report of the error, completions), on 1.9+ it
+    # also caches the native code. Cells evaluate in JKernel itself, the one module open for
+    # evaluation while precompiling, and assign nothing; run_cell catches every error.
+    for code in ("1 + 1", "nothing", "error(\"e\")", "[1, 2]", "[1.0, 2.0]", "\"s\"",
+                 "undefined_name_", "1 + \"a\"", "[1][2]", "[1.0 2.0; 3.0 4.0]",
+                 "Dict(\"a\" => 1)", "1;")
+        status, text, rich, report = run_cell(@__MODULE__, code, "precompile")
+        report === nothing || json(Dict("ename" => report[1], "traceback" => split(report[3], '\n')))
+        rich === nothing || json(Dict("data" => rich))
+        capped(text)
+    end
+    for (op, code, cursor) in (("is_complete", "function f(x)", 0), ("is_complete", "1 + 1", 0),
+                               ("complete", "prin", 4), ("inspect", "sum", 3))
+        json(answer_query(op, code, cursor))
+    end
     nothing
 end
 

@@ -79,7 +79,8 @@ function eval_cell(mod::Module, code::String, filename::String)
         return shell_mode(mod, rest)
     end
     ast = local_ijulia_imports(parse_cell(code, filename))
-    for f in BACKEND[].ast_transforms
+    # BACKEND is unset only in the precompile workload, which runs cells before serve does.
+    for f in (isassigned(BACKEND) ? BACKEND[].ast_transforms : Any[])
         ast = Base.invokelatest(f, ast)
     end
     return Core.eval(mod, ast)
