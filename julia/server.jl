@@ -87,7 +87,8 @@ let script = @__FILE__,
             fresh && return ""
             lines = filter(l -> occursin("Rejecting", l), split(String(take!(reasons)), '\n'))
             isempty(lines) && return "the cache is stale"
-            return strip(lstrip(last(lines), ['┌', '│', ' ']))
+            line = strip(lstrip(last(lines), ['┌', '│', ' ']))
+            return startswith(line, "Debug: ") ? line[8:end] : line
         end
     end
 
