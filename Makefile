@@ -1,5 +1,5 @@
-# make setup: a .venv with the package (editable) and its test extra, a Julia to run, and Xvfb
-#             for headless graphics (install --xvfb).
+# make setup: a .venv with the package (editable) and its test extra, a Julia to run, Xvfb
+#             for headless graphics (install --xvfb), and the Julia side compiled.
 # make test:  setup, what only the tests need (a browser), then the whole suite.
 # make demo:  setup, then the main job.
 # make mutants: deliberate breaks that the tests guarding each promise must catch (not in test).
@@ -12,6 +12,8 @@ STAMP  := $(VENV)/.installed
 setup: $(STAMP)
 	@bash scripts/ensure-julia.sh
 	@bash scripts/ensure-xvfb.sh
+# The JKernel package's compile cache (a no-op when it is up to date; see julia/server.jl).
+	@julia --startup-file=no julia/server.jl --precompile
 
 # Only tests/test_jupyterlab.py drives a browser: the demo does not need one.
 setup-test: setup

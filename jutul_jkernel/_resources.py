@@ -1,10 +1,11 @@
-"""Locate the files the package ships beside its Python code: ``server.jl`` and the kernelspec.
+"""Locate the files the package ships beside its Python code: the Julia side, the kernelspec.
 
 This is the one place that knows where they live. A wheel carries them inside the package
-(``jutul_jkernel/julia/server.jl``, ``jutul_jkernel/kernelspec/``, force-included by
-pyproject.toml); an editable install imports from the checkout, where they sit at the repository
-root (``julia/server.jl``, ``kernelspec/``). Each lookup tries the packaged location first, then the
-checkout, and raises :class:`FileNotFoundError` naming both paths when neither exists.
+(``jutul_jkernel/julia/``: ``server.jl`` and the JKernel package it loads;
+``jutul_jkernel/kernelspec/``), force-included by pyproject.toml; an editable install imports
+from the checkout, where they sit at the repository root (``julia/``, ``kernelspec/``). Each
+lookup tries the packaged location first, then the checkout, and raises
+:class:`FileNotFoundError` naming both paths when neither exists.
 """
 
 from __future__ import annotations
@@ -43,8 +44,13 @@ def _locate(parts: tuple[str, ...], *, is_dir: bool) -> Path:
 
 
 def server_script() -> Path:
-    """Return the path of ``server.jl``, the Julia end of the protocol."""
+    """Return the path of ``server.jl``, which loads the JKernel package and serves a kernel."""
     return _locate(("julia", "server.jl"), is_dir=False)
+
+
+def julia_package_dir() -> Path:
+    """Return the JKernel package directory (Project.toml, src/) that ``server.jl`` loads."""
+    return _locate(("julia", "JKernel"), is_dir=True)
 
 
 def kernelspec_dir() -> Path:

@@ -648,7 +648,15 @@ class JuliaSupervisor:
             raise JuliaStartupError(msg) from None
         except JuliaDiedError as exc:
             raise JuliaStartupError(str(exc)) from None
-        log.info("Julia %s started (pid %s, log %s)", self.julia_version, proc.pid, log_path)
+        # server.jl says in the log why it loaded from source (no cache yet, stale, unwritable).
+        loaded = "its compile cache" if j.info.get("loaded_from") == "cache" else "source"
+        log.info(
+            "Julia %s started (pid %s, JKernel from %s, log %s)",
+            self.julia_version,
+            proc.pid,
+            loaded,
+            log_path,
+        )
 
     async def _accept(
         self, j: _Julia, listener: socket.socket, token: str

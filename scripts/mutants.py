@@ -55,7 +55,13 @@ class Mutant:
 
 SUP = "jutul_jkernel/supervisor.py"
 KER = "jutul_jkernel/kernel.py"
-SRV = "julia/server.jl"
+# The Julia side: the launcher and the JKernel package's files (julia/JKernel/src/).
+LAUNCHER = "julia/server.jl"
+JK_MAIN = "julia/JKernel/src/main.jl"
+JK_WIRE = "julia/JKernel/src/wire.jl"
+JK_HELPERS = "julia/JKernel/src/helpers.jl"
+JK_EVAL = "julia/JKernel/src/eval.jl"
+PC = "tests/test_precompile.py"
 SJ = "tests/test_supervisor_julia.py"
 KC = "tests/test_kernel_client.py"
 IN = "tests/test_interrupts.py"
@@ -158,7 +164,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a SIGINT that lands in a finished task reaches the cell (the interrupt sink)",
         (
             Edit(
-                SRV,
+                JK_MAIN,
                 "install_interrupt_sink!() @async flusher_loop()",
                 "@async flusher_loop()  # mutant M9: no interrupt sink",
             ),
@@ -170,7 +176,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a SIGINT that lands in a server task is forwarded to the cell (guarded)",
         (
             Edit(
-                SRV,
+                JK_HELPERS,
                 "if e isa InterruptException forward_interrupt() else",
                 "if e isa InterruptException\n                nothing  # mutant M10\n"
                 "            else",
@@ -200,8 +206,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "M12",
-        "server.jl accepts exactly the kinds protocol.py sends (change both or neither)",
-        (Edit(SRV, "const INCOMING = Dict(", 'const INCOMING = Dict("RUN" => 1, '),),
+        "JKernel accepts exactly the kinds protocol.py sends (change both or neither)",
+        (Edit(JK_WIRE, "const INCOMING = Dict(", 'const INCOMING = Dict("RUN" => 1, '),),
         (f"{SJ}::test_frame_kinds_match_the_server",),
     ),
     Mutant(
@@ -218,10 +224,10 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "M14",
-        "server.jl rejects a frame kind it does not know",
+        "JKernel rejects a frame kind it does not know",
         (
             Edit(
-                SRV,
+                JK_WIRE,
                 'arity < 0 && protocol_failure("unknown frame kind in header $(repr(header))")',
                 "arity < 0 && return pos - 1  # mutant M14",
             ),
@@ -249,13 +255,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M17",
         "Julia does not outlive a killed supervisor",
-        (Edit(SRV, "watch_parent!() sock = connect(", "sock = connect("),),
+        (Edit(JK_MAIN, "watch_parent!() sock = connect(", "sock = connect("),),
         (f"{SJ}::test_julia_does_not_outlive_a_killed_supervisor",),
     ),
     Mutant(
         "M18",
         "the handshake token is not visible to Julia code",
-        (Edit(SRV, 'delete!(ENV, "JUTUL_JKERNEL_TOKEN")', "nothing  # mutant M18"),),
+        (Edit(JK_MAIN, 'delete!(ENV, "JUTUL_JKERNEL_TOKEN")', "nothing  # mutant M18"),),
         (f"{SJ}::test_token_is_not_visible_to_julia_code_or_argv",),
     ),
     Mutant(
@@ -285,8 +291,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "M21",
-        "server.jl reads each kind with the arity protocol.py writes",
-        (Edit(SRV, '"QRY" => 3', '"QRY" => 4'),),
+        "JKernel reads each kind with the arity protocol.py writes",
+        (Edit(JK_WIRE, '"QRY" => 3', '"QRY" => 4'),),
         (f"{SJ}::test_frame_kinds_match_the_server",),
     ),
     Mutant(
@@ -304,13 +310,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M24",
         "loops in cells update globals (soft scope), as in the REPL and IJulia",
-        (Edit(SRV, "SOFTSCOPE[] ? Any[REPL.softscope] : Any[]", "Any[]"),),
+        (Edit(JK_EVAL, "SOFTSCOPE[] ? Any[REPL.softscope] : Any[]", "Any[]"),),
         (f"{RP}::test_a_loop_updates_a_global_as_in_the_repl",),
     ),
     Mutant(
         "M25",
         "display and clear_output work from a Threads.@spawn task",
-        (Edit(SRV, "Threads.threadid() == 1 && return f()", "return f()"),),
+        (Edit(JK_HELPERS, "Threads.threadid() == 1 && return f()", "return f()"),),
         (f"{RP}::test_display_and_clear_output_from_another_thread",),
     ),
     Mutant(
@@ -354,6 +360,44 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (f"{SJ}::test_interrupt_while_julia_compiles_keeps_the_session",),
+    ),
+    Mutant(
+        "M31",
+        "a fresh compile cache is what the kernel loads",
+        (Edit(LAUNCHER, 'problem = opted_out ? "JUTUL_JKERNEL_PRECOMPILED=no" : cache_problem()',
+              'problem = "mutant M31"'),),
+        (f"{PC}::test_a_fresh_cache_is_loaded",),
+    ),
+    Mutant(
+        "M32",
+        "a cache older than a source file is not loaded (Julia's staleness check decides)",
+        (Edit(LAUNCHER, "fresh && return \"\"", "return \"\"  # mutant M32"),),
+        (f"{PC}::test_a_changed_source_loads_from_source_and_recompiles",),
+    ),
+    Mutant(
+        "M33",
+        "a stale cache is compiled again by itself, for the next start",
+        (Edit(LAUNCHER, "run(pipeline(compile; stdin = devnull, stdout = stdout, stderr = stdout);"
+              " wait = false)", "nothing  # mutant M33"),),
+        (f"{PC}::test_a_changed_source_loads_from_source_and_recompiles",),
+    ),
+    Mutant(
+        "M34",
+        "the user's LOAD_PATH and DEPOT_PATH do not show the kernel's package or cache",
+        (Edit(LAUNCHER, "append!(empty!(LOAD_PATH), load_path)", "nothing  # mutant M34"),),
+        (f"{PC}::test_the_package_is_invisible_to_the_user",),
+    ),
+    Mutant(
+        "M35",
+        "an unwritable cache directory means source, said once, and no compile attempt",
+        (Edit(LAUNCHER, "elseif !writable(depot)", "elseif false  # mutant M35"),),
+        (f"{PC}::test_an_unwritable_cache_directory_loads_from_source",),
+    ),
+    Mutant(
+        "M36",
+        "installing the kernel compiles its Julia side",
+        (Edit("jutul_jkernel/install.py", "if not args.no_precompile:", "if False:  # mutant M36"),),
+        ("tests/test_install.py::test_install_compiles_the_julia_side",),
     ),
 )
 
@@ -412,7 +456,16 @@ def pytest_args(tests: tuple[str, ...]) -> list[str]:
 def run_tests(tree: Path, tests: tuple[str, ...], env: dict[str, str]) -> tuple[int, str]:
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
            *pytest_args(tests)]  # fmt: skip
-    full_env = {**os.environ, **env, "PYTHONPATH": str(tree)}
+    # The tree's Julia side is compiled first, into a cache depot inside the tree, as
+    # `make setup` does for a checkout: kernels then start the way users' kernels do.
+    full_env = {**os.environ, **env, "PYTHONPATH": str(tree),
+                "JUTUL_JKERNEL_DEPOT": str(tree / ".jkernel-depot")}  # fmt: skip
+    compiled = subprocess.run(
+        ["julia", "--startup-file=no", str(tree / "julia" / "server.jl"), "--precompile"],
+        env=full_env, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False,
+    )  # fmt: skip
+    if compiled.returncode != 0:
+        return -1, f"compiling the tree's Julia side failed:\n{compiled.stdout}{compiled.stderr}"
     try:
         done = subprocess.run(
             cmd, cwd=tree, env=full_env, capture_output=True, text=True, timeout=RUN_TIMEOUT

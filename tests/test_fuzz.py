@@ -78,8 +78,9 @@ JULIA_SETTINGS = settings(
 
 # ==== a reference for the frame format, independent of protocol.py ====
 
-# Written from the format as server.jl's header documents it: the kinds, how many arguments
-# each takes, what each argument may be. protocol.py must agree with it, not with itself.
+# Written from the format as julia/JKernel/src/wire.jl's header documents it: the kinds, how
+# many arguments each takes, what each argument may be. protocol.py must agree with it, not
+# with itself.
 _REF_ID = rb"[1-9][0-9]{0,17}"
 _REF_ARG = rb"[!-~]+"  # printable ASCII, no space
 _REF_ARGS: dict[str, tuple[bytes, ...]] = {

@@ -138,6 +138,23 @@ def test_resources_name_both_places_when_missing(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+def test_install_compiles_the_julia_side(
+    prefix: Path, julia: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An install that checked Julia also compiles the JKernel package into the cache depot
+    its kernels use (here one named with --env, which the spec passes on); --no-precompile
+    skips that."""
+    depot = tmp_path / "depot"
+    assert run_install(prefix, "--no-precompile", "--env", f"JUTUL_JKERNEL_DEPOT={depot}") == 0
+    assert not list(depot.glob("compiled/*/JKernel/*.ji"))
+    assert run_install(prefix, "--env", f"JUTUL_JKERNEL_DEPOT={depot}") == 0
+    assert "kernels start from its cache" in capsys.readouterr().out
+    assert list(depot.glob("compiled/*/JKernel/*.ji"))
+    spec = KernelSpecManager().get_kernel_spec(NAME)
+    assert spec.env["JUTUL_JKERNEL_DEPOT"] == str(depot)
+
+
+@pytest.mark.integration
 def test_install_into_prefix_is_found_by_jupyter(
     prefix: Path, julia: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -901,16 +901,19 @@ async def test_malformed_frame_from_julia_is_a_protocol_error(julia: JuliaSuperv
 
 
 def test_frame_kinds_match_the_server() -> None:
-    """The kinds server.jl's code sends and accepts (with their arity) are protocol.py's, each
-    in one direction only, and its header documents exactly those."""
+    """The kinds the JKernel package's code sends and accepts (with their arity) are
+    protocol.py's, each in one direction only, and the header of its wire.jl documents exactly
+    those."""
     from jutul_jkernel import _resources
 
-    text = _resources.server_script().read_text()
-    header, code = text.split("module JKernel", 1)
-    code = "\n".join(line for line in code.splitlines() if not line.lstrip().startswith("#"))
+    src = _resources.julia_package_dir() / "src"
+    wire = (src / "wire.jl").read_text()
+    header = wire[: wire.index("\n\n")]  # the comment block the file opens with
+    text = "\n".join(f.read_text() for f in sorted(src.glob("*.jl")))
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     sent = set(re.findall(r'send_frame\("([A-Z]+)"', code))
     table = re.search(r"^const INCOMING = Dict\((.*)\)$", code, re.MULTILINE)
-    assert table is not None, "server.jl has no INCOMING table"
+    assert table is not None, "wire.jl has no INCOMING table"
     accepted = {k: int(n) for k, n in re.findall(r'"([A-Z]+)" => (\d+)', table.group(1))}
     handled = set(re.findall(r'kind == "([A-Z]+)"', code))
     kinds = {k.value: k for k in protocol.FrameKind}

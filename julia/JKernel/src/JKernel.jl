@@ -1,0 +1,57 @@
+"""
+    JKernel
+
+The Julia end of jutul-jkernel, a Jupyter kernel for Julia. `julia/server.jl` loads this
+package and calls [`JKernel.main`](@ref), which connects to the supervisor and serves one
+kernel; the frames it speaks are listed in `wire.jl`. Standard library only; Julia 1.5.3 or
+newer.
+
+What a notebook cell can call (as `JKernel.name`; `In`, `Out` and `IJulia` are in `Main`):
+`display(x; display_id)`, `update_display`, `clear_output`, `progress(itr; desc)`,
+`input(prompt; password)`, and IJulia's notebook API through `IJulia` (see `ijulia.jl`).
+
+The files, in load order: `state.jl` (limits and all server state), `helpers.jl`, `wire.jl`
+(frames), `capture.jl` (fd pipes, pumps, drain markers), `display.jl`, `progress.jl`,
+`stdin.jl`, `repl.jl` (cell semantics and REPL modes), `ijulia.jl` (the IJulia shim),
+`eval.jl` (evaluation, interrupts, warm-up), `queries.jl` (complete, inspect, is_complete),
+`startup_file.jl`, `distributed.jl` (workers on other hosts), `main.jl` (start-up), and
+`precompile.jl` (the signatures compiled into the package cache).
+"""
+module JKernel
+
+# This module is I/O glue: LLVM optimisation buys nothing and costs start-up time.
+@static if isdefined(Base.Experimental, Symbol("@optlevel"))
+    Base.Experimental.@optlevel 0
+end
+
+using Sockets
+using REPL
+using Base64: base64encode
+using Logging: ConsoleLogger, global_logger
+
+# Backtraces are cut at the first frame in one of these files (user_backtrace).
+const SRC_DIR = @__DIR__
+
+include("state.jl")
+include("helpers.jl")
+include("wire.jl")
+include("capture.jl")
+include("display.jl")
+include("progress.jl")
+include("stdin.jl")
+include("repl.jl")
+include("ijulia.jl")
+include("eval.jl")
+include("queries.jl")
+include("startup_file.jl")
+include("distributed.jl")
+include("main.jl")
+include("precompile.jl")
+
+function __init__()
+    # A fresh marker in every process (see MARK); 16 random hex digits, as before packaging.
+    append!(MARK, codeunits("\0\x1fJJK" * string(rand(UInt64); base = 16, pad = 16) * "\x1f\0"))
+    nothing
+end
+
+end # module JKernel

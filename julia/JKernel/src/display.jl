@@ -1,0 +1,131 @@
+# display.jl: MIME bundles, `display`, `update_display` and `clear_output` as frames.
+
+struct KernelDisplay <: AbstractDisplay end
+
+const DISPLAY_COUNTER = Ref(0)
+
+"""MIME bundle of `x`: text/plain always, plus every rich type `x` can show."""
+function mime_bundle(x)
+    data = Dict{String,Any}()
+    for m in RICH_MIMES
+        showable(MIME(m), x) && (data[m] = render(MIME(m), x))
+    end
+    data["text/plain"] = plain_text(x)
+    return data
+end
+
+"""
+    mime_bundle(x, mime)
+
+The bundle `display(mime, x)` shows. As Julia's `display` documents, a string for a text MIME
+type and a byte vector for a binary one are data already in that format; anything else must
+be `showable(mime, x)`, or this throws the MethodError the REPL would.
+"""
+function mime_bundle(x, mime::MIME)
+    m = string(mime)
+    if x isa AbstractString && istextmime(mime)
+        return Dict{String,Any}(m => String(x))
+    elseif x isa AbstractVector{UInt8} && !istextmime(mime)
+        return Dict{String,Any}(m => base64encode(x))
+    end
+    showable(mime, x) || throw(MethodError(Base.display, (mime, x)))   # Base tries the next display
+    data = Dict{String,Any}(m => render(mime, x))
+    m == "text/plain" || (data["text/plain"] = plain_text(x))
+    return data
+end
+
+render(m::MIME, x) = string(m) in BINARY_MIMES ? base64encode(io -> show(io, m, x)) :
+    sprint(io -> show(io, m, x))
+
+function plain_text(x)
+    io = IOBuffer()
+    ctx = IOContext(io, :limit => true, :color => false, :displaysize => DISPLAY_SIZE,
+                    :module => Main)
+    show(ctx, MIME("text/plain"), x)
+    return String(take!(io))
+end
+
+"""Send a display message of the running (or last) evaluation, after the output before it."""
+send_display(msg::Dict{String,Any}) = on_thread_one(() -> send_display_here(msg))
+function send_display_here(msg::Dict{String,Any})
+    id = CURRENT[] == 0 ? LAST_ID[] : CURRENT[]
+    id == 0 && return
+    payload = json(msg)
+    if length(payload) > RICH_CAP
+        data = msg["data"]
+        msg["data"] = Dict{String,Any}("text/plain" => capped(get(data, "text/plain", ""),
+            RESULT_CAP) * "\n[rich output of $(length(payload)) bytes dropped: over $RICH_CAP]")
+        payload = json(msg)
+    end
+    server_section() do
+        drain_output()
+        send_frame("DSP", string(id), payload)
+    end
+end
+
+"""Run `f` with interrupts held back; an interrupt that arrived meanwhile is thrown after."""
+function server_section(f)
+    was = IN_USER[]
+    IN_USER[] = false
+    try
+        disable_sigint(f)
+    finally
+        IN_USER[] = was
+    end
+    if was && PENDING_INTERRUPT[]
+        PENDING_INTERRUPT[] = false
+        throw(InterruptException())
+    end
+end
+
+function display_message(x, mime, display_id, update::Bool)
+    data = mime === nothing ? mime_bundle(x) : mime_bundle(x, MIME(string(mime)))
+    msg = Dict{String,Any}("data" => data, "metadata" => Dict{String,Any}(), "update" => update)
+    display_id === nothing || (msg["transient"] = Dict{String,Any}("display_id" => string(display_id)))
+    send_display(msg)
+end
+
+Base.display(::KernelDisplay, x) = (display_message(x, nothing, nothing, false); nothing)
+Base.display(::KernelDisplay, m::MIME, x) = (display_message(x, m, nothing, false); nothing)
+Base.display(d::KernelDisplay, m::AbstractString, x) = display(d, MIME(m), x)
+Base.displayable(::KernelDisplay, ::MIME) = true
+
+"""
+    JKernel.display(x; display_id=nothing, mime=nothing) -> display_id
+
+Show `x` in the running cell, tagged with `display_id` (a fresh one if `true`) so that
+[`update_display`](@ref) can replace it later.
+See https://jupyter-client.readthedocs.io/en/latest/messaging.html#display-data
+"""
+function display(x; display_id = nothing, mime = nothing)
+    if display_id === true
+        DISPLAY_COUNTER[] += 1
+        display_id = string("jkernel-", getpid(), "-", DISPLAY_COUNTER[])
+    end
+    display_message(x, mime, display_id, false)
+    return display_id
+end
+
+"""
+    JKernel.update_display(x; display_id, mime=nothing)
+
+Replace what an earlier `JKernel.display(...; display_id)` showed, wherever it is.
+"""
+update_display(x; display_id, mime = nothing) =
+    (display_message(x, mime, string(display_id), true); nothing)
+
+"""
+    JKernel.clear_output(wait=false)
+
+Clear the output of the running cell; with `wait=true`, only when new output arrives.
+"""
+clear_output(wait::Bool = false) = on_thread_one(() -> clear_output_here(wait))
+function clear_output_here(wait::Bool)
+    id = CURRENT[] == 0 ? LAST_ID[] : CURRENT[]
+    id == 0 && return
+    server_section() do
+        drain_output()
+        send_frame("CLR", string(id, wait ? " 1" : " 0"))
+    end
+    nothing
+end

@@ -1,0 +1,271 @@
+# eval.jl: the evaluation loop, run_cell, error reports, interrupts, and the idle warm-up.
+#
+# Interrupts: SIGINT is thrown into whichever task runs on thread 1, which is often not the
+# evaluating one. Every long-lived task here catches InterruptException and forwards it to the
+# evaluation with `schedule(task, InterruptException(); error=true)`; an interrupt that lands in
+# a finished task reaches the same forwarding through Base.active_repl_backend (see
+# install_interrupt_sink!). INT frames use the same path and need no signal. Frame writes run
+# with SIGINT deferred so an interrupt cannot tear a frame. The server starts no short-lived
+# tasks: on Julia 1.5 a SIGINT landing in a finished task while others are queued is fatal.
+
+mutable struct Backend
+    backend_task::Task
+    in_eval::Bool
+    ast_transforms::Vector{Any}   # honoured like the REPL's (Revise pushes to it)
+end
+const BACKEND = Ref{Backend}()
+
+"""
+    install_interrupt_sink!()
+
+An interrupt that lands in a finished task reaches `Base.task_done_hook`, which hands it to
+`Base.active_repl_backend.backend_task` when `in_eval` is set, and otherwise kills the process
+("fatal: error thrown and no exception handler available"). Point it at a task that waits
+forever and forwards what it receives.
+"""
+function install_interrupt_sink!()
+    sink = @async while true
+        try
+            wait()
+        catch e
+            e isa InterruptException ? forward_interrupt() :
+                diag("interrupt sink got ", sprint(showerror, e))
+        end
+    end
+    # The REPL's backends start with `REPL.softscope` (REPL.jl, repl_ast_transforms), so a
+    # loop in a cell updates a global as it does at the prompt and in IJulia.
+    BACKEND[] = Backend(sink, true, SOFTSCOPE[] ? Any[REPL.softscope] : Any[])
+    try
+        Core.eval(Base, :(active_repl_backend = $(BACKEND[])))
+    catch e
+        diag("could not install the interrupt sink: ", sprint(showerror, e))
+    end
+end
+
+function parse_cell(code::String, filename::String)
+    @static if isdefined(Base, :parse_input_line)
+        return Base.parse_input_line(code; filename = filename)
+    else
+        return Meta.parseall(code; filename = filename)
+    end
+end
+
+ends_with_semicolon(code::String) = REPL.ends_with_semicolon(code)
+
+is_interrupt(e) = e isa InterruptException || is_cancellation(e) ||
+    (e isa TaskFailedException && is_interrupt(e.task.exception)) ||
+    (e isa LoadError && is_interrupt(e.error))
+
+# Where an interrupt lands while the cell waits: scheduler frames that tell the user nothing.
+const SCHEDULER_FILES = ("task.jl", "condition.jl", "asyncevent.jl", "event.jl", "lock.jl",
+                         "locks-mt.jl", "stream.jl", "channels.jl", "libuv.jl")
+
+"""The frames of `bt` that belong to the user's code, without the server's own."""
+function user_backtrace(bt, interrupted::Bool = false)
+    frames = stacktrace(bt)
+    if interrupted
+        while length(frames) > 1 && basename(string(frames[1].file)) in SCHEDULER_FILES
+            popfirst!(frames)
+        end
+    end
+    cut = findfirst(f -> dirname(string(f.file)) == SRC_DIR, frames)
+    cut === nothing || (frames = frames[1:cut-1])
+    # a syntax error has no frames of its own, only a "top-level scope at none:1"
+    filter!(f -> f.file !== :none, frames)
+    while !isempty(frames) && frames[end].func === :eval && endswith(string(frames[end].file), "boot.jl")
+        pop!(frames)
+    end
+    return frames
+end
+
+function error_report(e, bt)
+    # The fallback chain stops at interrupts: the caller reports those as such.
+    ename = try
+        string(nameof(typeof(e)))
+    catch err
+        is_interrupt(err) && rethrow()
+        "Error"
+    end
+    evalue = try
+        sprint(showerror, e; context = :color => false)
+    catch err
+        is_interrupt(err) && rethrow()
+        try
+            sprint(show, e)
+        catch err2
+            is_interrupt(err2) && rethrow()
+            ename
+        end
+    end
+    full = try
+        frames = user_backtrace(bt, is_interrupt(e))
+        # Coloured as the REPL shows it; evalue stays plain (frontends show it as text).
+        sprint(; context = :color => COLOR[]) do io
+            showerror(io, e)
+            isempty(frames) || Base.show_backtrace(io, frames)
+        end
+    catch err
+        is_interrupt(err) && rethrow()
+        string(ename, ": ", evalue)
+    end
+    return ename, evalue, full
+end
+
+"""
+    run_cell(mod, code, filename, cell=0) -> (status, text, rich, report)
+
+Evaluate `code` in `mod` the way the REPL does and render the outcome: status "ok" with the
+value's text/plain (and its MIME bundle when richer), or "err" / "int" with an error report.
+With a cell number (a notebook cell, `In[cell]`), the hooks run and `ans`, `Out[cell]` and
+`err` are set as in IJulia and the REPL. Sends nothing but an interrupt's ACK, so `warm_up`
+can run it too.
+"""
+function run_cell(mod::Module, code::String, filename::String, cell::Int = 0)
+    status = "ok"
+    text = ""
+    rich = nothing
+    report = nothing
+    try
+        IN_USER[] = true
+        STARTUP_PENDING[] && CURRENT[] != 0 && run_startup_files()   # not in warm-up cells
+        cell > 0 && run_hooks(PREEXECUTE_HOOKS)
+        value = in_cell_scope(() -> eval_cell(mod, code, filename))
+        shown = value !== nothing && !ends_with_semicolon(code)
+        if cell > 0
+            set_main_global!(:ans, value)
+            shown && value !== Out && (Out[cell] = value)
+            run_hooks(POSTEXECUTE_HOOKS)
+        end
+        if shown
+            data = Base.invokelatest(mime_bundle, value)
+            text = data["text/plain"]
+            length(data) > 1 && (rich = data)
+        end
+        IN_USER[] = false
+    catch e
+        IN_USER[] = false
+        bt = catch_backtrace()
+        status = is_interrupt(e) ? "int" : "err"
+        # The supervisor escalates until it hears that the interrupt arrived: tell it before
+        # rendering the error, which can take a second while that code is still cold.
+        status == "int" && CURRENT[] != 0 && send_frame("ACK", string(CURRENT[]))
+        status == "int" && CURRENT[] != 0 && Base.invokelatest(interrupt_remote_workers)
+        if cell > 0
+            quietly(() -> set_err!(e))
+            for hook in copy(POSTERROR_HOOKS)
+                quietly(() -> Base.invokelatest(hook))
+            end
+        end
+        report = try
+            IN_USER[] = true   # showing an error runs user code (showerror methods) too
+            r = Base.invokelatest(error_report, e, bt)
+            IN_USER[] = false
+            r
+        catch e2
+            IN_USER[] = false
+            is_interrupt(e2) ? ("InterruptException", "", "InterruptException:") :
+                ("Error", "", "error while showing an error")
+        end
+    end
+    return status, text, rich, report
+end
+
+function evaluate(id::Int, code::String, name::String, named::Bool)
+    CURRENT[] = id
+    LAST_ID[] = id
+    PENDING_INTERRUPT[] = false
+    cell = named ? cell_number(name, id) : 0
+    cell > 0 && (In[cell] = code)
+    status, text, rich, report = if INTERRUPTED_BEFORE_START[] == id
+        ("int", "", nothing, ("InterruptException", "InterruptException:", "InterruptException:"))
+    else
+        run_cell(Main, code, name, cell)
+    end
+    Base.invokelatest(compile_worker_handling)
+    try
+        finish_evaluation(id, status, text, rich, report)
+    catch e
+        # A bug of ours must not leave the supervisor waiting for a result that never comes.
+        e isa InterruptException && rethrow()
+        diag("sending the result of ", id, " failed: ", sprint(showerror, e, catch_backtrace()))
+        CURRENT[] = 0
+        send_frame("RES", string(id, " err"), string("jutul-jkernel could not send this cell's ",
+                   "result: ", sprint(showerror, e)))
+    end
+end
+
+function finish_evaluation(id::Int, status::String, text::String, rich, report)
+    disable_sigint() do
+        drain_output()
+        set_buffering!(false)
+        if report !== nothing
+            ename, evalue, full = report
+            send_frame("ERR", string(id), json(Dict("ename" => ename, "evalue" => capped(evalue),
+                                               "traceback" => split(capped(full), '\n'))))
+            text = full
+        elseif rich !== nothing
+            payload = json(Dict("data" => rich, "metadata" => Dict{String,Any}()))
+            length(payload) <= RICH_CAP && send_frame("VAL", string(id), payload)
+        end
+        CURRENT[] = 0
+        PENDING_INTERRUPT[] = false
+        send_frame("RES", string(id, " ", status), capped(text))
+    end
+end
+
+const IDLE_BEFORE_WARM_UP = 0.2   # seconds without requests before a warm-up step runs
+const IDLE_GENERATION = Ref(0)
+const WARMING = Ref(true)            # warm-up steps remain
+
+"""
+    warm_up_steps() -> Vector{Any}
+
+What nearly every session needs compiled (showing errors and common values, the result path):
+Julia needs ~0.35 s for its first `showerror` and ~0.3 s per element type to print an array.
+`eval_loop` runs these one at a time once Julia has been idle for `IDLE_BEFORE_WARM_UP`, so the
+first cells of an interactive session answer in milliseconds and a batch run is never delayed
+by more than one step.
+"""
+function warm_up_steps()
+    scratch = Module(:JKernelWarmUp)
+    cell(code) = () -> begin
+        status, text, rich, report = run_cell(scratch, code, "warm-up")
+        report === nothing || json(Dict("ename" => report[1], "traceback" => split(report[3], '\n')))
+        rich === nothing || json(Dict("data" => rich))
+        capped(text)
+    end
+    return Any[
+        # jupyter console gives is_complete 1 s, and asks it as soon as the user presses Enter
+        () -> answer_query("is_complete", "function f(x)", 0),
+        () -> (drain_output(); set_buffering!(true); set_buffering!(false)),
+        cell("1 + 1"),
+        cell("error(\"e\")"),
+        cell("throw(InterruptException())"),
+        cell("[1, 2]"),
+        cell("undefined_name_"),
+        cell("[1.0, 2.0]"),
+        cell("\"s\""),
+        cell("1 + \"a\""),
+        cell("[1][2]"),
+        cell("[1.0 2.0; 3.0 4.0]"),
+        cell("Dict(\"a\" => 1)"),
+        () -> answer_query("complete", "prin", 4),
+        () -> answer_query("inspect", "sum", 3),
+    ]
+end
+
+function eval_loop()
+    steps = warm_up_steps()
+    guarded("eval") do
+        while true
+            id, code, name, named = take!(QUEUE)
+            if id > 0
+                IDLE_GENERATION[] += 1
+                evaluate(id, code, name, named)
+            elseif -id == IDLE_GENERATION[] && !isready(QUEUE) && !isempty(steps)
+                quietly(popfirst!(steps))
+                WARMING[] = !isempty(steps)
+            end
+        end
+    end
+end

@@ -1,0 +1,72 @@
+# main.jl: start-up: connect, redirect, install the display and the interrupt sink, handshake.
+
+function watch_parent!()
+    @static if Sys.islinux()
+        # PR_SET_PDEATHSIG: the kernel kills us when the process that started us dies, even if
+        # a cell never yields (a SIGKILLed supervisor runs no cleanup code).
+        ccall(:prctl, Cint, (Cint, Culong, Culong, Culong, Culong), 1, 9, 0, 0, 0)
+        ccall(:getppid, Cint, ()) == 1 && exit(0)   # parent already gone before prctl
+    end
+    nothing
+end
+
+main(args = ARGS) = outside_cancel_scope(() -> serve(args))
+
+"""Names cells see without qualification: `In`, `Out`, `IJulia`, and `err` where Julia has none."""
+function set_up_main!()
+    SOFTSCOPE[] = !(lowercase(get(ENV, "JUTUL_JKERNEL_SOFTSCOPE", "yes")) in ("no", "0", "false", "off"))
+    # Julia 1.9+ exports `err` from Base.MainInclude to Main: a second export would be ambiguous.
+    (isdefined(Base, :MainInclude) && isdefined(Base.MainInclude, :err)) ||
+        Core.eval(MainNames, :(export err))
+    # A package is not bound in Main as the script was: cells call `JKernel.display` and the
+    # like, so bind the module itself (a user's `using JKernel` still finds no package).
+    isdefined(Main, :JKernel) || Core.eval(Main, :(const JKernel = $JKernel))
+    Core.eval(Main, :(using .JKernel.MainNames))
+end
+
+function serve(args)
+    Base.exit_on_sigint(false)
+    DIAG[] = stderr
+    length(args) == 1 || (diag("usage: julia server.jl <port>"); exit(2))
+    port = tryparse(Int, args[1])
+    port === nothing && (diag("bad port ", repr(args[1])); exit(2))
+    empty!(ARGS)   # user code sees no kernel arguments, as in the REPL and IJulia
+    # --color=yes (the kernelspec's default). exec_options sets have_color from the flag in
+    # 1.5.3 and through colored_text(opts) in >= 1.11 (base/client.jl, index id 1409021567).
+    COLOR[] = Base.have_color === true
+    STARTUP_PENDING[] = get(ENV, "JUTUL_JKERNEL_STARTUP_FILE", "yes") != "no"
+    delete!(ENV, "JUTUL_JKERNEL_STARTUP_FILE")
+    token = get(ENV, "JUTUL_JKERNEL_TOKEN", "")
+    isempty(token) && (diag("JUTUL_JKERNEL_TOKEN is not set"); exit(2))
+    delete!(ENV, "JUTUL_JKERNEL_TOKEN")   # user code and child processes must not see it
+    watch_parent!()
+    sock = connect(ip"127.0.0.1", port)
+    Sockets.nagle(sock, false)
+    SOCK[] = sock
+
+    redirect_output!()
+    Core.eval(Base, :(stdin = $(KernelStdin(PipeBuffer()))))
+    pushdisplay(KernelDisplay())
+    set_up_main!()
+    install_interrupt_sink!()
+    @async flusher_loop()
+    @async thread_one_loop()
+
+    # The interrupt path must never wait for the compiler: a first INT frame that took the
+    # listener a second to compile (on a loaded machine) was escalated to a forced SIGINT,
+    # and a SIGINT forced into the compiler leaves Julia unusable. ~10 ms here.
+    precompile(handle_frame, (String, Int, Vector{SubString{String}}, Vector{UInt8}))
+    precompile(forward_interrupt, ())
+    send_frame("RDY", token)
+    send_frame("INF", "", json(Dict("julia_version" => string(VERSION), "pid" => getpid(),
+                                    "threads" => Threads.nthreads(),
+                                    "loaded_from" => LOADED_FROM[])))
+    EVAL_TASK[] = @async eval_loop()   # after the handshake: its warm-up must not delay it
+    @async query_loop()
+    listener = @async listen_loop()
+    guarded("main") do
+        wait(listener)
+        false
+    end
+    exit(0)
+end

@@ -1,0 +1,117 @@
+# precompile.jl: the signatures compiled into the package cache, so a kernel does not spend its
+# first seconds inferring its own loops (gdb on the script version: ~2 s in type inference of
+# eval_loop and run_cell after every start).
+#
+# Julia 1.5-1.8 caches the inferred code of these (and what they call with concrete types);
+# Julia 1.9+ also caches their native code (pkgimages). Only explicit signatures: running the
+# server at precompile time would need a socket and a supervisor. What Base compiles for
+# user-facing values (showerror, printing arrays) cannot be cached by this package on 1.5; the
+# idle warm-up in eval.jl (warm_up_steps) does that after the handshake.
+# Keep this list to the hot paths: the handshake, the loops, a cell with output and a result,
+# an error, a display, and the three queries. `julia --trace-compile=FILE server.jl` shows what
+# still compiles at run time.
+#
+# Only while writing the cache: loaded from source (the fallback) these would infer everything
+# before the handshake, which is slower than inferring each on first use.
+
+function precompile_workload()
+    BT = Vector{Union{Ptr{Nothing},Base.InterpreterIP}}
+    PIPE_STDIO = KernelStdio{Base.PipeEndpoint}
+    # start-up and the handshake
+    precompile(main, (Vector{String},))
+    precompile(serve, (Vector{String},))
+    precompile(watch_parent!, ())
+    precompile(redirect_output!, ())
+    precompile(set_up_main!, ())
+    precompile(install_interrupt_sink!, ())
+    precompile(KernelStdio, (Base.PipeEndpoint, Bool))
+    precompile(ConsoleLogger, (PIPE_STDIO,))
+    precompile(send_frame, (String, String))
+    precompile(send_frame, (String, String, String))
+    precompile(send_frame, (String, String, Vector{UInt8}))
+    precompile(json, (Dict{String,Any},))
+    precompile(json, (Dict{String,String},))
+
+    # the long-lived tasks
+    precompile(eval_loop, ())
+    precompile(query_loop, ())
+    precompile(listen_loop, ())
+    precompile(flusher_loop, ())
+    precompile(thread_one_loop, ())
+    precompile(pump, (Base.PipeEndpoint, String))
+    precompile(parse_frames!, (Vector{UInt8}, typeof(handle_frame)))
+    precompile(handle_frame, (String, Int, Vector{SubString{String}}, Vector{UInt8}))
+    precompile(forward_interrupt, ())
+    precompile(forward_output!, (Vector{UInt8}, String))
+    precompile(send_output, (String, Vector{UInt8}, Int, Int))
+    precompile(drain_output, ())
+    precompile(flush_all, ())
+    precompile(set_buffering!, (Bool,))
+
+    # a cell: parse, evaluate, output, result, error
+    precompile(warm_up_steps, ())
+    precompile(evaluate, (Int, String, String, Bool))
+    precompile(run_cell, (Module, String, String, Int))
+    precompile(run_cell, (Module, String, String))
+    precompile(parse_cell, (String, String))
+    precompile(eval_cell, (Module, String, String))
+    precompile(mode_line, (String,))
+    precompile(cell_number, (String, Int))
+    precompile(local_ijulia_imports, (Expr,))
+    precompile(run_startup_files, ())
+    precompile(compile_worker_handling, ())
+    precompile(capped, (String,))
+    precompile(println, (PIPE_STDIO, String))
+    precompile(print, (PIPE_STDIO, String))
+    for T in (Nothing, Int, Float64, String, Bool, Vector{Int}, Vector{Float64}, Matrix{Float64},
+              Dict{String,Int}, Dict{Int,Int})
+        precompile(mime_bundle, (T,))
+        precompile(plain_text, (T,))
+    end
+    for R in (Nothing, Tuple{String,String,String})
+        precompile(finish_evaluation, (Int, String, String, Nothing, R))
+        precompile(finish_evaluation, (Int, String, String, Dict{String,Any}, R))
+    end
+    for E in (ErrorException, UndefVarError, MethodError, BoundsError, InterruptException,
+              ArgumentError, DomainError, LoadError)
+        precompile(error_report, (E, BT))
+        precompile(is_interrupt, (E,))
+    end
+    precompile(user_backtrace, (BT, Bool))
+
+    # display
+    precompile(display, (Any,))
+    precompile(display, (Vector{Int},))
+    precompile(Base.Multimedia.display, (KernelDisplay, Any))
+    precompile(Base.Multimedia.display, (KernelDisplay, MIME"text/html", HTML{String}))
+    precompile(mime_bundle, (HTML{String}, MIME"text/html"))
+    precompile(display_message, (Any, Nothing, Nothing, Bool))
+    precompile(send_display_here, (Dict{String,Any},))
+
+    # queries
+    precompile(answer_query, (String, String, Int))
+    precompile(completion_string, (REPL.REPLCompletions.ModuleCompletion,))
+    precompile(next_indent, (String,))
+    precompile(identifier_at, (String, Int))
+    precompile(json, (Vector{String},))
+
+    # Run the hot paths once as well: on 1.5-1.8 this infers what they reach through dynamic
+    # calls (mime_bundle of the value, error_report of the error, completions), on 1.9+ it
+    # also caches the native code. Cells evaluate in JKernel itself, the one module open for
+    # evaluation while precompiling, and assign nothing; run_cell catches every error.
+    for code in ("1 + 1", "nothing", "error(\"e\")", "[1, 2]", "[1.0, 2.0]", "\"s\"",
+                 "undefined_name_", "1 + \"a\"", "[1][2]", "[1.0 2.0; 3.0 4.0]",
+                 "Dict(\"a\" => 1)", "1;")
+        status, text, rich, report = run_cell(@__MODULE__, code, "precompile")
+        report === nothing || json(Dict("ename" => report[1], "traceback" => split(report[3], '\n')))
+        rich === nothing || json(Dict("data" => rich))
+        capped(text)
+    end
+    for (op, code, cursor) in (("is_complete", "function f(x)", 0), ("is_complete", "1 + 1", 0),
+                               ("complete", "prin", 4), ("inspect", "sum", 3))
+        json(answer_query(op, code, cursor))
+    end
+    nothing
+end
+
+ccall(:jl_generating_output, Cint, ()) == 1 && precompile_workload()

@@ -1,0 +1,184 @@
+# repl.jl: the REPL's cell semantics: history (In/Out), hooks, `]` and `;` modes, soft scope,
+# and Julia 1.14's scoped ^C.
+
+const SOFTSCOPE = Ref(true)          # JUTUL_JKERNEL_SOFTSCOPE=no turns it off (read in main)
+
+"""
+    In, Out
+
+`In[n]` is the code of notebook cell `n` and `Out[n]` the value it showed (only cells that
+show one), keyed by Jupyter's execution count as in IJulia. `Out` keeps those values alive:
+`empty!(Out)` or `IJulia.clear_history()` frees them.
+"""
+const In = Dict{Int,String}()
+const Out = Dict{Int,Any}()
+
+# Hooks run by cells (notebook cells, not user_expressions), as in IJulia: Revise's IJulia
+# integration is a pre-execute hook.
+const PREEXECUTE_HOOKS = Function[]
+const POSTEXECUTE_HOOKS = Function[]
+const POSTERROR_HOOKS = Function[]
+
+run_hooks(hooks) = foreach(Base.invokelatest, copy(hooks))
+
+"""The execution count of a cell named `In[n]` (what the kernel sends), else `id`."""
+function cell_number(name::String, id::Int)
+    m = match(r"^In\[([0-9]{1,9})\]$", name)
+    return m === nothing ? id : parse(Int, m.captures[1])
+end
+
+"""
+    set_main_global!(name, value)
+
+Set `ans` or `err` where the user's REPL keeps them. Julia 1.9 and newer keep both in
+`Base.MainInclude`, which Main uses (base/client.jl: `setglobal!(Base.MainInclude, :ans,
+value)` in `eval_user_input`); Julia 1.5-1.8 set `Main.ans` directly, and have no `err`, which
+then lives in `MainNames`, beside `In` and `Out`, so it never overwrites a user's own `err`.
+"""
+function set_main_global!(name::Symbol, value)
+    if isdefined(Base, :MainInclude) && isdefined(Base.MainInclude, name)
+        Core.eval(Base.MainInclude, Expr(:global, Expr(:(=), name, QuoteNode(value))))
+    elseif name === :ans
+        ccall(:jl_set_global, Cvoid, (Any, Any, Any), Main, :ans, value)
+    else
+        Core.eval(MainNames, Expr(:global, Expr(:(=), name, QuoteNode(value))))
+    end
+    nothing
+end
+
+"""`err` is what the REPL keeps of the last error: its exception stack (Julia 1.7 and newer,
+`current_exceptions`), or the exception itself on older Julia."""
+set_err!(e) = set_main_global!(:err, isdefined(Base, :current_exceptions) ?
+    Base.invokelatest(getfield(Base, :current_exceptions)) : e)
+
+"""
+    mode_line(code) -> Union{String,Nothing}
+
+The one command of a `?`, `]` or `;` cell, as IJulia finds it: blank and `#` comment lines are
+ignored, and exactly one line must remain.
+"""
+function mode_line(code::String)
+    found = nothing
+    for line in eachline(IOBuffer(code))
+        stripped = strip(line)
+        (isempty(stripped) || startswith(stripped, '#')) && continue
+        found === nothing || return nothing
+        found = String(stripped)
+    end
+    return found !== nothing && first(found) in ('?', ']', ';') ? found : nothing
+end
+
+"""Evaluate a cell: a REPL mode command, or Julia code through the backend's AST transforms."""
+function eval_cell(mod::Module, code::String, filename::String)
+    line = mode_line(code)
+    if line !== nothing
+        rest = strip(line[nextind(line, 1):end])
+        # help as the cell's value, saved with the notebook as IJulia does; apropos prints
+        first(line) == '?' && return eval_help(REPL.helpmode(stdout, String(rest)))
+        first(line) == ']' && return pkg_mode(rest)
+        return shell_mode(mod, rest)
+    end
+    ast = local_ijulia_imports(parse_cell(code, filename))
+    # BACKEND is unset only in the precompile workload, which runs cells before serve does.
+    for f in (isassigned(BACKEND) ? BACKEND[].ast_transforms : Any[])
+        ast = Base.invokelatest(f, ast)
+    end
+    return Core.eval(mod, ast)
+end
+
+const PKG_ID = Base.PkgId(Base.UUID("44cfe95a-1eb2-52ea-b672-e2afdf69b78f"), "Pkg")
+
+"""`] cmd`: Pkg's REPL mode against the active project. Pkg loads on first use (~1 s)."""
+function pkg_mode(cmd::AbstractString)
+    pkg = Base.require(PKG_ID)
+    mode = getfield(pkg, :REPLMode)
+    # `pkgstr` is what pkg"..." calls (Pkg 1.5 to current); newer Pkg also has do_cmds.
+    if isdefined(mode, :pkgstr)
+        Base.invokelatest(getfield(mode, :pkgstr), String(cmd))
+    else
+        Base.invokelatest(getfield(mode, :do_cmds), String(cmd), stdout)
+    end
+    nothing
+end
+
+"""
+    shell_mode(mod, line)
+
+`;cmd`: the REPL's shell mode, with `\$` interpolation from `mod` and `cd` changing the kernel's
+directory. The command runs through \$JULIA_SHELL / \$SHELL like the REPL's (base/client.jl,
+`repl_cmd`), with its output captured at the fd level; an interrupt ends the command too,
+as Ctrl-C at the REPL does by signalling its process group.
+"""
+function shell_mode(mod::Module, line::AbstractString)
+    cmd = Core.eval(mod, :(Base.cmd_gen($(Base.shell_parse(String(line))[1]))))
+    (isempty(cmd.exec) || cmd.exec[1] == "cd") && return Base.repl_cmd(cmd, stdout)
+    cmd.exec .= expanduser.(cmd.exec)
+    if !Sys.iswindows() && isdefined(Base, :shell_escape_posixly)
+        shell = Base.shell_split(get(ENV, "JULIA_SHELL", get(ENV, "SHELL", "/bin/sh")))
+        cmd = `$shell -c $("(" * Base.shell_escape_posixly(cmd) * ") && true")`
+    end
+    # A process group of its own (detach), so that an interrupt can end the shell and what it
+    # started, as Ctrl-C does to a terminal's foreground group.
+    proc = run(pipeline(Cmd(ignorestatus(cmd); detach = true);
+                        stdin = devnull, stdout = stdout, stderr = stderr); wait = false)
+    try
+        wait(proc)
+    catch
+        quietly() do
+            signal_group(proc, 2)                         # SIGINT
+            timedwait(() -> !process_running(proc), 2.0)
+            process_running(proc) && signal_group(proc, 9)  # SIGKILL
+        end
+        rethrow()
+    end
+    nothing
+end
+
+signal_group(proc, sig) = Sys.iswindows() ? kill(proc, sig) :
+    ccall(:kill, Cint, (Cint, Cint), -getpid(proc), sig)
+
+"""
+    local_ijulia_imports(ast)
+
+`using IJulia` / `import IJulia` in a cell bind the kernel's own `IJulia` module (see
+`IJulia` below) instead of loading the package: in Main the name is already taken, and the
+package's functions need a kernel of its own.
+"""
+function local_ijulia_imports(ast)
+    ast isa Expr || return ast
+    if ast.head === :toplevel || ast.head === :block
+        return Expr(ast.head, map(local_ijulia_imports, ast.args)...)
+    elseif ast.head in (:using, :import)
+        return Expr(ast.head, map(local_ijulia_path, ast.args)...)
+    end
+    return ast
+end
+local_ijulia_path(p) = p == Expr(:., :IJulia) ? Expr(:., :., :IJulia) :
+    (p isa Expr && p.head === :(:)) ? Expr(:(:), local_ijulia_path(p.args[1]), p.args[2:end]...) : p
+
+# ---- Julia 1.14-DEV: ^C cancels a scoped token instead of throwing InterruptException ----
+# On master (NEWS "Julia v1.14": cancellation, #60281), `_start` runs the whole script under
+# a ^C episode token, every @async task inherits it, and once cancelled every wait, sleep and
+# socket write throws `Base.CancellationRequest`, which would end the server's own loops. So
+# the server's tasks run with no token, and each cell under a fresh episode's token, as the
+# REPL backend does (read in base/task.jl and base/client.jl at master, 2026-08). Everything
+# here is gated on the names existing; on Julia 1.5-1.13 it does nothing.
+
+is_cancellation(e) = isdefined(Base, :CancellationRequest) &&
+    e isa getfield(Base, :CancellationRequest)
+
+const HAS_CANCEL_SCOPES = isdefined(Base, :sigint_new_episode!) && isdefined(Base, :CANCEL_TOKEN)
+
+function with_cancel_token(f, token)
+    if isdefined(Base, :with_cancel_token)
+        return getfield(Base, :with_cancel_token)(f, token)
+    end
+    return getfield(Base, :ScopedValues).with(f, getfield(Base, :CANCEL_TOKEN) => token)
+end
+
+"""Run `f` (the server's start-up, whose tasks inherit the scope) where ^C cancels nothing."""
+outside_cancel_scope(f) = HAS_CANCEL_SCOPES ? with_cancel_token(f, nothing) : f()
+
+"""Run a cell's code under a fresh ^C episode, as the REPL runs each evaluation."""
+in_cell_scope(f) = HAS_CANCEL_SCOPES ?
+    with_cancel_token(f, getfield(Base, :sigint_new_episode!)()) : f()

@@ -1,0 +1,44 @@
+# state.jl: limits, and the server's state (one server per process), all in one place.
+
+const RESULT_CAP = 64 * 1024          # bytes of a RES payload; streamed output is never capped
+const RICH_CAP = 32 * 1024 * 1024     # bytes of one VAL / DSP bundle (images must not be cut)
+const OUT_CHUNK = 1024 * 1024         # largest OUT payload
+const STDOUT_BUFFER = 64 * 1024       # buffered Julia writes: 40x faster for tiny printlns
+const FLUSH_INTERVAL = 0.05           # seconds between flushes while a cell runs (live output)
+# Buffering reorders Julia's prints against child processes and C writing to the same fd, so it
+# is switched on only while a cell prints heavily (bytes forwarded per FLUSH_INTERVAL).
+const BUFFER_ON_BYTES = 16 * 1024
+const BUFFER_OFF_BYTES = 2 * 1024
+const BUFFER_OFF_TICKS = 4          # quiet intervals in a row before buffering goes off
+const DRAIN_TIMEOUT = 5.0             # seconds to wait for a pump to pass its marker
+const MAX_HEADER = 256
+const MAX_PAYLOAD = 256 * 1024 * 1024
+const RICH_MIMES = ("text/html", "text/markdown", "text/latex", "image/svg+xml",
+                    "image/png", "image/jpeg", "application/json")
+const BINARY_MIMES = ("image/png", "image/jpeg")
+const DISPLAY_SIZE = (30, 100)
+
+const SOCK = Ref{TCPSocket}()
+const DIAG = Ref{IO}()                 # the process's original stdout: the startup log
+const EVAL_TASK = Ref{Task}()
+const CURRENT = Ref(0)                 # id of the running evaluation, 0 when idle
+const LAST_ID = Ref(0)                 # parent of output produced between evaluations
+const IN_USER = Ref(false)             # the evaluating task is inside user code
+const PENDING_INTERRUPT = Ref(false)   # an interrupt arrived while the server held the task
+const INTERRUPTED_BEFORE_START = Ref(0) # id of a queued evaluation interrupted before it ran
+const QUEUE = Channel{Tuple{Int,String,String,Bool}}(Inf)   # id, code, name, a named cell
+const INPUT_WAIT = Ref{Union{Nothing,Channel{Any}}}(nothing)
+const PIPES = Dict{String,Any}()       # "stdout"/"stderr" => write end of our pipe
+# Filled in by __init__ with a random marker per process: a value made while precompiling would
+# be the same in every process that loads the cache.
+const MARK = UInt8[]
+const MARKS_SEEN = Dict("stdout" => 0, "stderr" => 0)
+const MARKS_SENT = Ref(0)
+const DRAINED = Condition()
+const DRAIN_DEADLINE = Ref(Inf)      # when the running drain gives up (see flusher_loop)
+const FORWARDED = Ref(0)               # output bytes forwarded, for the buffering switch
+const BUFFERED = Ref(false)
+const QUIET_TICKS = Ref(0)
+const COLOR = Ref(false)               # Julia runs with --color=yes: stdout, stderr, tracebacks
+const STARTUP_PENDING = Ref(false)     # the startup file still has to run (in the first cell)
+const LOADED_FROM = Ref("source")      # "cache" when server.jl loaded the compiled package

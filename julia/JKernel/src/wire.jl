@@ -1,0 +1,169 @@
+# wire.jl: the frames on the one loopback TCP connection, and the tasks that read them.
+#
+# Once the server has connected to 127.0.0.1:<port>, everything travels as frames: an ASCII
+# header line `KIND arg... NBYTES\n` followed by exactly NBYTES payload bytes.
+# jutul_jkernel/protocol.py defines the same kinds; change both or neither.
+#
+# Julia -> Python
+#   RDY <token> 0                  handshake, always the first frame
+#   INF <n>                        JSON: julia_version, pid, threads, loaded_from (cache|source)
+#   OUT <stdout|stderr> <n>        live bytes written to fd 1 / fd 2 (Julia, C, child processes)
+#   DSP <id> <n>                   JSON: display_data or update_display_data of evaluation <id>
+#   CLR <id> <wait 0|1> 0          clear_output
+#   VAL <id> <n>                   JSON MIME bundle of the value, only when richer than text/plain
+#   ERR <id> <n>                   JSON {ename, evalue, traceback} before RES <id> err|int
+#   RES <id> <ok|err|int> <n>      the one result of evaluation <id>: ok carries the REPL text
+#                                  of the value (empty for nothing or a trailing `;`), err and int
+#                                  the error text; capped at 64 KiB with a note of what was cut
+#   INP <id> <password 0|1> <n>    evaluation <id> reads a line from stdin; payload: the prompt
+#   ANS <id> <n>                   JSON answer to QRY <id>
+#   PAY <id> <n>                   JSON execute_reply payload of evaluation <id> (IJulia.load:
+#                                  {"source": "set_next_input", "text": ..., "replace": ...})
+#   ACK <n> 0                      answer to SYN <n>; for evaluation <n>: an interrupt reached it
+#                                  (the listener handed an INT frame over, or the evaluation
+#                                  caught one that came by signal). No ACK: it is not yielding
+# Python -> Julia
+#   EXE <id> <n>                   code to evaluate (queued; evaluated one at a time, in order);
+#                                  backtraces call it In[<id>]
+#   EXN <id> <name> <n>            the same, naming the code <name> (e.g. In[3], Jupyter's count)
+#   INT <id> 0                     interrupt evaluation <id>; ignored unless it is running
+#   TXT <id> <n>                   the line typed in answer to INP <id>
+#   NIN <id> <n>                   no line can be had for INP <id>; payload says why
+#   QRY <id> <op> <cursor> <n>     op: complete | inspect | is_complete; payload: the code;
+#                                  cursor counts Unicode code points, as Jupyter does
+#   SYN <seq> 0                    answered with ACK <seq>
+
+"""
+    send_frame(kind, args, payload)
+
+Write one frame; `args` is the header's arguments as one string ("" for none). Strings keep this
+to one compiled specialization, which matters for start-up time.
+"""
+function send_frame(kind::String, args::String, payload::AbstractVector{UInt8} = UInt8[])
+    io = IOBuffer()
+    write(io, kind)
+    isempty(args) || write(io, ' ', args)
+    write(io, ' ', string(length(payload)), '\n')
+    write(io, payload)
+    buf = take!(io)
+    # One write call submits the whole frame to libuv, so frames from different tasks never
+    # interleave; SIGINT is deferred so it cannot abandon a half-submitted write.
+    disable_sigint() do
+        try
+            write(SOCK[], buf)
+        catch e
+            e isa InterruptException && rethrow()
+            RELEASING[] && return   # release_workers is under way and exits when done
+            diag("socket write failed (", sprint(showerror, e), "); exiting")
+            Base.invokelatest(release_workers)
+            exit(0)
+        end
+    end
+    return nothing
+end
+send_frame(kind::String, args::String, payload::String) = send_frame(kind, args, codeunits(payload))
+
+protocol_failure(msg) = (diag("protocol error: ", msg, "; closing the connection"); exit(86))
+
+const INCOMING = Dict("EXE" => 1, "EXN" => 2, "INT" => 1, "TXT" => 1, "NIN" => 1, "QRY" => 3, "SYN" => 1)
+
+# Numbers on the wire are plain decimal, as protocol.py writes and checks them: tryparse alone
+# would also take "0x10", "+1", "01" and trailing whitespace.
+const WIRE_NUMBER = r"^(0|[1-9][0-9]{0,17})$"
+wire_number(s) = occursin(WIRE_NUMBER, s) ? parse(Int, s) : nothing
+
+"""Parse complete frames from `buf`; return how many bytes were consumed."""
+function parse_frames!(buf::Vector{UInt8}, handle)
+    pos = 1
+    while true
+        nl = findnext(isequal(UInt8('\n')), buf, pos)
+        if nl === nothing
+            length(buf) - pos + 1 >= MAX_HEADER &&
+                protocol_failure("no header end within $MAX_HEADER bytes")
+            return pos - 1
+        end
+        nl - pos >= MAX_HEADER && protocol_failure("header longer than $MAX_HEADER bytes")
+        header = String(buf[pos:nl-1])
+        parts = split(header, ' ')
+        arity = get(INCOMING, parts[1], -1)
+        arity < 0 && protocol_failure("unknown frame kind in header $(repr(header))")
+        length(parts) == arity + 2 || protocol_failure("wrong argument count in header $(repr(header))")
+        nbytes = wire_number(parts[end])
+        (nbytes === nothing || nbytes > MAX_PAYLOAD) &&
+            protocol_failure("bad NBYTES in header $(repr(header))")
+        id = wire_number(parts[2])
+        (id === nothing || id < 1) && protocol_failure("bad id in header $(repr(header))")
+        length(buf) - nl < nbytes && return pos - 1
+        payload = buf[nl+1:nl+nbytes]
+        pos = nl + nbytes + 1
+        handle(String(parts[1]), id, parts[3:end-1], payload)
+    end
+end
+
+const QUERIES = Channel{Tuple{Int,String,String,Int}}(Inf)   # id, op, code, cursor
+const QUERY_OPS = ("complete", "inspect", "is_complete")
+
+"""Answer queries one at a time, beside evaluations (a long-lived task, as all of ours are)."""
+function query_loop()
+    guarded("queries") do
+        while true
+            id, op, code, cursor = take!(QUERIES)
+            answer = try
+                # latest world: completion must see methods (propertynames...) users define
+                Base.invokelatest(answer_query, op, code, cursor)
+            catch e
+                e isa InterruptException && rethrow()
+                Dict("error" => sprint(showerror, e))
+            end
+            send_frame("ANS", string(id), json(answer))
+        end
+    end
+end
+
+function listen_loop()
+    buf = UInt8[]
+    sock = SOCK[]
+    guarded("listener") do
+        while true
+            data = readavailable(sock)   # one take from the buffer: an interrupt loses nothing
+            if isempty(data) && eof(sock)
+                Base.invokelatest(release_workers)   # first: the supervisor gives us 1 s
+                diag("socket closed by the supervisor; exiting")
+                exit(0)
+            end
+            append!(buf, data)
+            used = disable_sigint(() -> parse_frames!(buf, handle_frame))
+            deleteat!(buf, 1:used)
+        end
+    end
+end
+
+function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
+    if kind == "EXE"
+        put!(QUEUE, (id, String(payload), "In[$id]", false))
+    elseif kind == "EXN"
+        put!(QUEUE, (id, String(payload), String(args[1]), true))
+    elseif kind == "INT"
+        if id == CURRENT[] && forward_interrupt()
+            send_frame("ACK", string(id))
+        elseif id > LAST_ID[]
+            # Sent but not started (the first cell compiles the server for a second): it
+            # starts interrupted, with no signal needed.
+            INTERRUPTED_BEFORE_START[] = id
+            send_frame("ACK", string(id))
+        end
+    elseif kind == "TXT" || kind == "NIN"
+        ch = INPUT_WAIT[]
+        if ch !== nothing && id == CURRENT[] && !isready(ch)   # public API, not ch.data (audit row 4)
+            put!(ch, kind == "TXT" ? String(payload) : ErrorException(String(payload)))
+        end
+    elseif kind == "QRY"
+        op = String(args[1])
+        op in QUERY_OPS || protocol_failure("unknown query $(repr(op)) in QRY $id")
+        cursor = wire_number(args[2])
+        cursor === nothing && protocol_failure("bad cursor in QRY $id")
+        put!(QUERIES, (id, op, String(payload), cursor))
+    elseif kind == "SYN"
+        send_frame("ACK", string(id))
+    end
+end
