@@ -140,7 +140,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 SUP,
-                "if await self._acked_before_silence(j, ex, ack): return",
+                "if await self._acked_before_silence(j, ex, ack):"
+                " self._start_over_if_asked_again(ex) return",
                 "await self._acked_before_silence(j, ex, ack)  # mutant M7: no return on the ACK",
             ),
         ),
