@@ -60,6 +60,8 @@ SJ = "tests/test_supervisor_julia.py"
 KC = "tests/test_kernel_client.py"
 IN = "tests/test_interrupts.py"
 RP = "tests/test_repl_parity.py"
+MAIN = "jutul_jkernel/__main__.py"
+EL = "tests/test_early_launch.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -342,6 +344,44 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (f"{SJ}::test_a_cancelled_execution_is_interrupted",),
+    ),
+    Mutant(
+        "M30",
+        "the kernel launches Julia before it imports ipykernel (start-up overlaps)",
+        (Edit(MAIN, "supervisor.launch()", "pass  # mutant M30"),),
+        (f"{EL}::test_kernel_launches_julia_before_it_imports_ipykernel",),
+    ),
+    Mutant(
+        "M31",
+        "start() adopts the Julia that launch() spawned instead of starting a second one",
+        (
+            Edit(
+                SUP,
+                "async def _spawn(self) -> None: launched, self._launched = self._launched, None",
+                "async def _spawn(self) -> None:\n"
+                "        launched, self._launched = None, self._launched  # mutant M31",
+            ),
+        ),
+        (f"{EL}::test_start_adopts_the_launched_julia",),
+    ),
+    Mutant(
+        "M32",
+        "a launched Julia never outlives the supervisor, started or not",
+        (
+            Edit(
+                SUP,
+                "if launched is not None: # launched but never started: nothing to ask, kill it"
+                " launched.discard()",
+                "pass  # mutant M32",
+            ),
+        ),
+        (f"{EL}::test_shutdown_before_start_leaves_no_julia",),
+    ),
+    Mutant(
+        "M33",
+        "a launch made with other settings is replaced, not adopted",
+        (Edit(SUP, "launched.settings != self._settings() or ", ""),),
+        (f"{EL}::test_launch_with_other_settings_since_is_replaced",),
     ),
 )
 
