@@ -26,7 +26,7 @@ def main() -> None:
 
 
 def app_options() -> dict[str, Any]:
-    """The IPKernelApp options of this kernel (bench/probe_kernel.py starts it the same way)."""
+    """The IPKernelApp options of this kernel (the bench's late-launch kernelspec uses them too)."""
     from .kernel import JuliaKernel
 
     # No OutStream: this process prints nothing a user should see (Julia's output travels
