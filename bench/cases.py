@@ -68,20 +68,25 @@ CELLS: dict[str, tuple[str, str, int | None]] = {
 }
 FLOORS = ("lines", "blob")
 
-# Interrupted after the cell has run 0.3 s: (julia-supervised, ipykernel).
-INTERRUPTS: dict[str, tuple[str, str]] = {
+# Interrupted after the cell has run 0.3 s: (julia-supervised, ipykernel, target for the
+# median). A loop without safepoints ignores SIGINT until the supervisor's burst forces the
+# throw (after _SIGINT_WAIT, 0.5 s, by design): it is held to the 1 s bound only.
+INTERRUPTS: dict[str, tuple[str, str, str]] = {
     "allocating loop": (
         "while true; global junk = [1, 2, 3]; end",
         "while True:\n    junk = [1, 2, 3]",
+        "<= 100 ms",
     ),
-    "sleep(1000)": ("sleep(1000)", "time.sleep(1000)"),
+    "sleep(1000)": ("sleep(1000)", "time.sleep(1000)", "<= 100 ms"),
     "I/O wait: read(`sleep 1000`)": (
         "read(`sleep 1000`)",
         'subprocess.check_output(["sleep", "1000"])',
+        "<= 100 ms",
     ),
     "float spin (no safepoint)": (
         "function spin(); x = 0.0; while true; x += 1.0; end; end; spin()",
         "x = 0.0\nwhile True:\n    x += 1.0",
+        "",
     ),
 }
 
@@ -125,10 +130,10 @@ ROWS: list[RowSpec] = [
             "julia:restart_call", "ipykernel:restart_call"),
     *(
         spec
-        for shape in INTERRUPTS
+        for shape, (_, _, median_target) in INTERRUPTS.items()
         for spec in (
             RowSpec("interrupt", f"{shape}: interrupt -> reply", "ms", f"julia:int:{shape}",
-                    f"ipykernel:int:{shape}", target="<= 100 ms"),
+                    f"ipykernel:int:{shape}", target=median_target),
             RowSpec("interrupt", f"{shape}: interrupt -> reply", "ms", f"julia:int:{shape}",
                     f"ipykernel:int:{shape}", stat="max", target="<= 1 s"),
         )
