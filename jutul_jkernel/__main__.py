@@ -8,14 +8,17 @@ would import anyway).
 
 from __future__ import annotations
 
+import atexit
 from typing import Any
+
+from .xvfb import supervisor_from_env  # imports nothing of Jupyter
 
 
 def main() -> None:
-    from .xvfb import supervisor_from_env
-
     supervisor = supervisor_from_env()
     supervisor.launch()
+    # Should ipykernel fail to import or to set up (or print --help and exit), Julia goes too.
+    atexit.register(supervisor.kill_now)
 
     from ipykernel.kernelapp import IPKernelApp
 

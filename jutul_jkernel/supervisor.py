@@ -5,7 +5,9 @@ routes what comes back: live output to a callback, one :class:`ExecutionResult` 
 Executions run one at a time; :meth:`JuliaSupervisor.interrupt` and
 :meth:`JuliaSupervisor.shutdown` never wait behind them. If Julia dies, every waiter fails at
 once with :class:`JuliaDiedError` explaining how, and the next execution starts a fresh Julia
-and says that state was lost.
+and says that state was lost. :meth:`JuliaSupervisor.launch` spawns Julia synchronously, before
+any event loop runs, for start() to adopt: the kernel's entry point uses it so that Julia boots
+while ipykernel is still being imported.
 
 Usage from plain Python::
 

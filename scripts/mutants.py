@@ -362,7 +362,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "        launched, self._launched = None, self._launched  # mutant M31",
             ),
         ),
-        (f"{EL}::test_start_adopts_the_launched_julia",),
+        (
+            f"{EL}::test_start_adopts_the_launched_julia",
+            f"{EL}::test_kernel_through_jupyter_client_runs_one_julia",
+        ),
     ),
     Mutant(
         "M32",

@@ -13,10 +13,13 @@ import textwrap
 
 import psutil
 import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager
 
 from jutul_jkernel.supervisor import JuliaSupervisor
 
 from .conftest import STARTUP_TIMEOUT, julia_descendants
+from .test_kernel_client import execute, result_of
 
 pytestmark = pytest.mark.integration
 
@@ -92,9 +95,7 @@ async def test_launch_with_other_settings_since_is_replaced() -> None:
         await sup.start()
         assert sup.pid not in {p.pid for p in launched}
         assert not _running(launched)
-        result = await asyncio.wait_for(
-            sup.execute('ENV["JKERNEL_TEST_LATE_SETTING"]'), CELL_BOUND
-        )
+        result = await asyncio.wait_for(sup.execute('ENV["JKERNEL_TEST_LATE_SETTING"]'), CELL_BOUND)
         assert result.text == '"yes"'
     finally:
         await sup.shutdown()
@@ -108,3 +109,17 @@ async def test_shutdown_before_start_leaves_no_julia() -> None:
     assert launched
     await sup.shutdown()
     assert not _running(launched)
+
+
+@pytest.mark.e2e
+def test_kernel_through_jupyter_client_runs_one_julia(
+    own_kernel: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    """The installed kernel, started by jupyter_client, has exactly one Julia, and uses it."""
+    km, kc = own_kernel
+    pid = km.provisioner.pid if km.provisioner else None
+    assert pid is not None
+    shown = result_of(execute(kc, "getpid()")[1])
+    assert shown is not None
+    children = [p for p in psutil.Process(pid).children() if "julia" in p.name()]
+    assert [p.pid for p in children] == [int(shown)]
