@@ -32,7 +32,7 @@ from jutul_jkernel.supervisor import JuliaSupervisor
 
 from .cases import settle
 from .harness import JULIA, JupyterEnv, Kernel
-from .report import summary
+from .report import stat
 
 _START_WAIT = 60.0
 _INTERRUPT_WAIT = 10.0  # the supervisor's escalation ends within ~6 s; clikernel may never answer
@@ -148,10 +148,11 @@ def roundtrip(runs: int, warmup: int = 20, block: int = 20) -> None:
         finally:
             agent.close()
             sup.close()
-    medians = {name: summary(xs)["median"] * 1e3 for name, xs in samples.items()}
+    medians = {name: (stat(xs, "median") or 0.0) * 1e3 for name, xs in samples.items()}
     print(f"round trip of 1+1, {runs} each, interleaved in blocks of {block} (ms):")
     for name, xs in samples.items():
-        print(f"  {name:<11} median {medians[name]:6.2f}  p90 {summary(xs)['p90'] * 1e3:6.2f}")
+        p90 = (stat(xs, "p90") or 0.0) * 1e3
+        print(f"  {name:<11} median {medians[name]:6.2f}  p90 {p90:6.2f}")
     print(
         f"  agent / kernel = {medians['agent'] / medians['kernel']:.2f}; the agent's own share "
         f"(agent - supervisor in a thread) = {medians['agent'] - medians['supervisor']:.2f} ms"

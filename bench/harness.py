@@ -3,8 +3,9 @@
 :class:`JupyterEnv` installs three kernelspecs into a temporary ``--prefix`` and points
 ``JUPYTER_PATH`` (and Jupyter's and IPython's own directories) there, so the user's kernelspecs,
 config and profiles take no part: the real "Julia (supervised)" spec, ipykernel's python3 spec
-written by *this* venv's python (the baseline), and a probe spec that runs the same kernel with
-timestamps (:mod:`bench.probe_kernel`). :class:`Kernel` starts one of them with
+written by *this* venv's python (the baseline), and a "late launch" spec that runs the same
+kernel but launches Julia only once ipykernel is imported and the kernel starts (how the kernel
+started Julia before issue 10 item 3; the start-up rows compare). :class:`Kernel` starts one with
 ``KernelManager`` and runs cells with a plain ``BlockingKernelClient``, polling the shell and
 IOPub sockets itself: no ``execute_interactive``, no output hooks, nothing between the wire and
 the clock but message deserialisation, which both kernels pay alike.
@@ -19,8 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,13 @@ from jupyter_client.manager import KernelManager
 
 JULIA = "bench-julia-supervised"
 PYTHON = "bench-python3"
-PROBE = "bench-julia-probe"
-LABELS = {JULIA: "julia-supervised", PYTHON: "ipykernel", PROBE: "julia-supervised (probe)"}
+LATE = "bench-julia-late-launch"
+LABELS = {JULIA: "julia-supervised", PYTHON: "ipykernel", LATE: "julia-supervised (late launch)"}
+# The kernel as `python -m jutul_jkernel` runs it, minus the launch before ipykernel's imports.
+_LATE_LAUNCH = (
+    "from ipykernel.kernelapp import IPKernelApp; from jutul_jkernel.__main__ import app_options; "
+    "IPKernelApp.launch_instance(**app_options())"
+)
 
 REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 60.0
@@ -99,13 +104,15 @@ class JupyterEnv:
         self._run("-m", "jutul_jkernel.install", "--prefix", prefix, "--name", JULIA)
         self._run("-m", "ipykernel", "install", "--prefix", prefix, "--name", PYTHON)
         kernels = self.prefix / "share" / "jupyter" / "kernels"
-        probe = kernels / PROBE
-        probe.mkdir()
         spec = json.loads((kernels / JULIA / "kernel.json").read_text())
-        spec["argv"] = [sys.executable, str(REPO / "bench" / "probe_kernel.py"), *spec["argv"][3:]]
-        spec["display_name"] = "Julia (supervised, bench probe)"
-        (probe / "kernel.json").write_text(json.dumps(spec, indent=2))
-        for name in (JULIA, PYTHON, PROBE):
+        if spec["argv"][1:3] != ["-m", "jutul_jkernel"]:
+            msg = f"the kernelspec's argv changed ({spec['argv']}): update the late-launch spec"
+            raise BenchError(msg)
+        spec["argv"] = [spec["argv"][0], "-c", _LATE_LAUNCH, *spec["argv"][3:]]
+        spec["display_name"] = "Julia (supervised, late launch)"
+        (kernels / LATE).mkdir()
+        (kernels / LATE / "kernel.json").write_text(json.dumps(spec, indent=2))
+        for name in (JULIA, PYTHON, LATE):
             self.specs[name] = json.loads((kernels / name / "kernel.json").read_text())
         baseline_python = self.specs[PYTHON]["argv"][0]
         if os.path.realpath(baseline_python) != os.path.realpath(sys.executable):
@@ -131,7 +138,6 @@ class CellRun:
     stream_bytes: int = 0
     text: str | None = None  # stdout+stderr text, when kept
     result: str | None = None  # text/plain of execute_result
-    outputs: list[dict[str, Any]] = field(default_factory=list)  # other IOPub messages
 
     @property
     def t_done(self) -> float:
@@ -156,40 +162,37 @@ class Kernel:
 
     # ---- lifecycle ----
 
-    def launch(self, extra_env: dict[str, str] | None = None) -> None:
+    def launch(self) -> None:
         """start_kernel and connect the channels; do not wait for anything."""
         km = KernelManager(kernel_name=self.name)
         # Context defaults apply to every socket made after this: the client's, too.
         km.context.setsockopt(zmq.RECONNECT_IVL, _RECONNECT_IVL_MS)
         km.context.setsockopt(zmq.RCVHWM, 0)  # never drop output in the client's queue
         self._log = open(self.env.log_path(self.label.replace(" ", "_")), "w")  # noqa: SIM115
-        kwargs: dict[str, Any] = {"stdout": self._log, "stderr": self._log}
-        if extra_env:
-            kwargs["env"] = {**os.environ, **extra_env}
-        km.start_kernel(**kwargs)
+        km.start_kernel(stdout=self._log, stderr=self._log)
         kc = km.client()
         kc.start_channels()
         self.km, self.kc = km, kc
 
-    def start(self, extra_env: dict[str, str] | None = None) -> Kernel:
+    def start(self) -> Kernel:
         """Launch, then wait for kernel_info and a first cell."""
-        self.launch(extra_env)
+        self.launch()
         self.wait_ready()
         return self
 
-    def wait_ready(self, timeout: float = START_TIMEOUT) -> float:
-        """Wait for kernel_info_reply and a connected IOPub; run a first cell.
-
-        Returns seconds from the kernel_info_request to its reply.
-        """
-        kc = self._client()
-        t0 = time.perf_counter()
-        msg_id = kc.kernel_info()
-        self._wait_shell(msg_id, timeout)
-        took = time.perf_counter() - t0
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
+        """Wait for kernel_info_reply and a connected IOPub; run a first cell."""
+        self.wait_kernel_info(timeout)
         self.wait_iopub(timeout)
         self.check("1+1", "2", timeout=timeout)
-        return took
+
+    def wait_kernel_info(self, timeout: float = START_TIMEOUT) -> None:
+        """Send kernel_info_request and wait for its reply."""
+        self._wait_shell(self._client().kernel_info(), timeout)
+
+    def restart(self) -> None:
+        """jupyter_client's restart_kernel: a new kernel process on the same connection."""
+        self._manager().restart_kernel(now=False)
 
     def wait_iopub(self, timeout: float = START_TIMEOUT) -> None:
         """Return once IOPub delivers anything, nudging with kernel_info meanwhile.
@@ -338,12 +341,11 @@ class Kernel:
         *,
         keep_text: bool = True,
         timeout: float = CELL_TIMEOUT,
-        on_stream: Callable[[str], None] | None = None,
         **kwargs: Any,
     ) -> CellRun:
         """Run one cell and collect its reply and IOPub messages up to its idle status."""
         msg_id, t0 = self.send(code, **kwargs)
-        return self.collect(msg_id, t0, keep_text=keep_text, timeout=timeout, on_stream=on_stream)
+        return self.collect(msg_id, t0, keep_text=keep_text, timeout=timeout)
 
     def collect(
         self,
@@ -352,7 +354,6 @@ class Kernel:
         *,
         keep_text: bool = True,
         timeout: float = CELL_TIMEOUT,
-        on_stream: Callable[[str], None] | None = None,
     ) -> CellRun:
         """Poll shell and IOPub together, as a frontend does, until reply and idle are in."""
         kc = self._client()
@@ -366,7 +367,6 @@ class Kernel:
         chunks: list[str] = []
         n_stream = n_bytes = 0
         result = None
-        others: list[dict[str, Any]] = []
         while reply is None or t_idle < 0:
             left = deadline - time.perf_counter()
             if left <= 0:
@@ -389,15 +389,11 @@ class Kernel:
                     n_bytes += len(text)
                     if keep_text:
                         chunks.append(text)
-                    if on_stream is not None:
-                        on_stream(text)
                 elif kind == "status":
                     if msg["content"]["execution_state"] == "idle":
                         t_idle = time.perf_counter() - t0
                 elif kind == "execute_result":
                     result = str(msg["content"]["data"].get("text/plain"))
-                elif kind != "execute_input":
-                    others.append(msg)
         return CellRun(
             reply,
             t_reply,
@@ -406,7 +402,6 @@ class Kernel:
             n_bytes,
             "".join(chunks) if keep_text else None,
             result,
-            others,
         )
 
     def check(self, code: str, expect: str | None = None, **kwargs: Any) -> CellRun:
@@ -440,16 +435,3 @@ class Kernel:
                 return
         msg = f"{self.label}: {msg_id} never went busy"
         raise BenchError(msg)
-
-
-def run_wall(argv: list[str], timeout: float = 300.0, **kwargs: Any) -> tuple[float, str, str]:
-    """Run a process to completion; return its wall time, stdout and stderr."""
-    t0 = time.perf_counter()
-    done = subprocess.run(
-        argv, capture_output=True, text=True, timeout=timeout, check=False, **kwargs
-    )
-    took = time.perf_counter() - t0
-    if done.returncode != 0:
-        msg = f"{argv[0]} exited {done.returncode}: {done.stderr[-2000:]}"
-        raise BenchError(msg)
-    return took, done.stdout, done.stderr

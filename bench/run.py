@@ -1,8 +1,8 @@
 """``python -m bench``: run the sections, print the table, write the JSON.
 
-    python -m bench                    # everything (about 10 minutes here)
-    python -m bench --quick            # fewer repetitions, 128 MiB instead of 1 GiB: CI-sized
-    python -m bench --only roundtrip,profile --json /tmp/rt.json
+    python -m bench                          # everything (about 10 minutes here)
+    python -m bench --quick                  # fewer repetitions, 128 MiB instead of 1 GiB
+    python -m bench --only startup,restart --json /tmp/start.json
 
 A section that fails is reported as failed and the others still run; the exit status is then 1.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import hashlib
 import importlib.metadata
 import os
 import platform
@@ -23,26 +22,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import breakdown, cases, profiling, whatif
+from . import cases
 from .harness import REPO, JupyterEnv
-from .report import Row, table, write_json
+from .report import Row, rows, table, write_json
 
-SECTIONS = {
-    "roundtrip": cases.roundtrip,
-    "throughput": cases.throughput,
-    "startup": cases.startup,
-    "interrupt": cases.interrupts,
-    "restart": cases.restart,
-    "memory": cases.memory,
-    "persistent": cases.persistent,
-    "breakdown-startup": breakdown.startup_breakdown,
-    "breakdown-roundtrip": breakdown.roundtrip_breakdown,
-    "breakdown-throughput": breakdown.throughput_breakdown,
-    "profile": profiling.profiles,
-    "whatif": whatif.whatif,
-}
-# `--only breakdown` selects every breakdown.
-_ALIASES = {"breakdown": [s for s in SECTIONS if s.startswith("breakdown-")]}
 DEFAULT_JSON = REPO / "bench" / "results" / "latest.json"
 
 
@@ -58,81 +41,50 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME[,NAME]",
-        help=f"run only these sections: {', '.join([*SECTIONS, *_ALIASES])}",
+        help=f"run only these sections: {', '.join(cases.SECTIONS)}",
     )
-    p.add_argument(
-        "--json",
-        type=Path,
-        default=DEFAULT_JSON,
-        metavar="PATH",
-        help=f"where to write the results (default: {DEFAULT_JSON})",
-    )
+    p.add_argument("--json", type=Path, default=DEFAULT_JSON, metavar="PATH",
+                   help=f"where to write the results (default: {DEFAULT_JSON})")  # fmt: skip
     return p
 
 
 def _selected(only: list[str]) -> list[str]:
-    if not only:
-        return list(SECTIONS)
-    names: list[str] = []
-    for chunk in only:
-        for name in filter(None, (n.strip() for n in chunk.split(","))):
-            expanded = _ALIASES.get(name, [name])
-            for n in expanded:
-                if n not in SECTIONS:
-                    msg = f"unknown section {n!r}; choose from {', '.join([*SECTIONS, *_ALIASES])}"
-                    raise SystemExit(msg)
-                if n not in names:
-                    names.append(n)
-    return names
-
-
-def _git(*args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False)
-    return done.stdout.strip()
-
-
-def _tree_hash() -> str:
-    """Hash of the code under test as it is on disk now (the tree may differ from the commit)."""
-    h = hashlib.sha256()
-    files = sorted(
-        [
-            *REPO.glob("jutul_jkernel/*.py"),
-            REPO / "julia" / "server.jl",
-            REPO / "kernelspec" / "kernel.json",
-        ]
-    )
-    for f in files:
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()[:16]
+    names = [n.strip() for chunk in only for n in chunk.split(",") if n.strip()]
+    unknown = [n for n in names if n not in cases.SECTIONS]
+    if unknown:
+        msg = f"unknown section {unknown[0]!r}; choose from {', '.join(cases.SECTIONS)}"
+        raise SystemExit(msg)
+    return [n for n in cases.SECTIONS if n in names] if names else list(cases.SECTIONS)
 
 
 def _meta(plan: cases.Plan) -> dict[str, Any]:
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+        return done.stdout.strip()
+
     def version(pkg: str) -> str:
         try:
             return importlib.metadata.version(pkg)
         except importlib.metadata.PackageNotFoundError:
             return "not installed"
 
-    julia = subprocess.run(
-        [cases.JULIA_EXE, "--version"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    julia = subprocess.run([cases.JULIA_EXE, "--version"], capture_output=True, text=True)
     return {
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": bool(_git("status", "--porcelain", "--", "jutul_jkernel", "julia")),
-        "tree_hash": _tree_hash(),
+        "git_commit": git("rev-parse", "HEAD"),
+        "git_dirty": bool(git("status", "--porcelain", "--", "jutul_jkernel", "julia")),
         "python": sys.version.split()[0],
-        "executable": sys.executable,
-        "julia": julia,
+        "julia": julia.stdout.strip(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
-        "versions": {
-            p: version(p)
-            for p in ("jutul-jkernel", "ipykernel", "jupyter_client", "pyzmq", "tornado", "py-spy")
-        },
+        "versions": {p: version(p) for p in ("jutul-jkernel", "ipykernel", "jupyter_client")},
         "plan": dataclasses.asdict(plan),
-        "loadavg_start": os.getloadavg(),
     }
+
+
+def _section_rows(name: str, samples: dict[str, list[float]], plan: cases.Plan) -> list[Row]:
+    specs = [s for s in cases.ROWS if cases.ROW_SECTION[s.section] == name]
+    return rows(specs, samples, size=cases.size_label(plan))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,54 +92,39 @@ def main(argv: list[str] | None = None) -> int:
     plan = cases.QUICK if args.quick else cases.Plan()
     names = _selected(args.only)
     meta = _meta(plan)
-    meta["sections_run"] = names
-    rows: list[Row] = []
-    sections: dict[str, Any] = {}
+    got: list[Row] = []
+    samples: dict[str, Any] = {}
     failed = []
     t_all = time.perf_counter()
-    print(
-        f"bench: {'quick' if plan.quick else 'full'} run of {', '.join(names)}; "
-        f"load average {os.getloadavg()[0]:.2f}",
-        flush=True,
-    )
+    print(f"bench: {'quick' if plan.quick else 'full'} run of {', '.join(names)}; "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
     with JupyterEnv() as env:
         for name in names:
-            load0 = os.getloadavg()
-            t0 = time.perf_counter()
+            load0, t0 = os.getloadavg()[0], time.perf_counter()
             print(f"\n-- {name} ...", flush=True)
             try:
-                got, data = SECTIONS[name](env, plan)
+                measured = cases.SECTIONS[name](env, plan)
             except Exception as exc:
                 failed.append(name)
                 env.keep = True
-                got = [Row(name, f"FAILED: {type(exc).__name__}: {exc}"[:300], "", None)]
-                data = {"error": traceback.format_exc()}
                 traceback.print_exc()
-            took = time.perf_counter() - t0
-            load1 = os.getloadavg()
-            note = f"{took:.0f} s, load {load0[0]:.1f} -> {load1[0]:.1f}"
-            sections[name] = {
-                "seconds": took,
-                "loadavg_before": load0,
-                "loadavg_after": load1,
-                "data": data,
-            }
-            rows += got
-            print(table(got), flush=True)
-            print(f"   ({note})", flush=True)
+                samples[name] = {"error": f"{type(exc).__name__}: {exc}"}
+                continue
+            load1 = os.getloadavg()[0]
+            samples[name] = {**measured, "load": [load0, load1]}
+            section_rows = _section_rows(name, measured, plan)
+            got += section_rows
+            print(table(section_rows), flush=True)
+            print(f"   ({time.perf_counter() - t0:.0f} s, load {load0:.1f} -> {load1:.1f})")
     meta["seconds"] = time.perf_counter() - t_all
-    meta["loadavg_end"] = os.getloadavg()
     meta["failed"] = failed
-    write_json(args.json, meta, sections, rows)
+    write_json(args.json, meta, samples, got)
     print("\n" + "=" * 100)
-    print(table(rows))
-    missed = [r for r in rows if r.met is False]
-    print(
-        f"\n{len([r for r in rows if r.met])} targets met, {len(missed)} missed"
-        + (f"; sections failed: {', '.join(failed)}" if failed else "")
-    )
-    print(
-        f"took {meta['seconds']:.0f} s; load average {meta['loadavg_start'][0]:.2f} at start, "
-        f"{meta['loadavg_end'][0]:.2f} at end; JSON: {args.json}"
-    )
+    print(table(got))
+    met = [r for r in got if r.met]
+    missed = [r for r in got if r.met is False]
+    print(f"\n{len(met)} targets met, {len(missed)} missed"
+          + (f"; sections failed: {', '.join(failed)}" if failed else ""))  # fmt: skip
+    print(f"took {meta['seconds']:.0f} s; load average now {os.getloadavg()[0]:.2f}; "
+          f"JSON: {args.json}")  # fmt: skip
     return 1 if failed else 0

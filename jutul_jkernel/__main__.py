@@ -1,13 +1,42 @@
+"""``python -m jutul_jkernel -f CONNECTION_FILE``: the kernel, as kernel.json starts it.
+
+Julia is launched before ipykernel is imported: those imports and the app's set-up take a few
+tenths of a second, during which Julia boots on the other core. The supervisor module imports
+nothing of Jupyter, so launching costs only its own import (asyncio, mostly, which ipykernel
+would import anyway).
+"""
+
+from __future__ import annotations
+
+import atexit
 from typing import Any
 
-from ipykernel.kernelapp import IPKernelApp
+from .xvfb import supervisor_from_env  # imports nothing of Jupyter
 
-from .kernel import JuliaKernel
 
-# No OutStream: this process prints nothing a user should see (Julia's output travels over the
-# supervisor's socket), and flushing OutStreams costs two IOPub-thread round trips per cell.
-# bench/probe_kernel.py starts the kernel with these same options.
-APP_OPTIONS: dict[str, Any] = {"kernel_class": JuliaKernel, "outstream_class": None}
+def main() -> None:
+    supervisor = supervisor_from_env()
+    supervisor.launch()
+    # Should ipykernel fail to import or to set up (or print --help and exit), Julia goes too.
+    atexit.register(supervisor.kill_now)
+
+    from ipykernel.kernelapp import IPKernelApp
+
+    from .kernel import JuliaKernel
+
+    JuliaKernel.prepared_supervisor = supervisor
+    IPKernelApp.launch_instance(**app_options())
+
+
+def app_options() -> dict[str, Any]:
+    """The IPKernelApp options of this kernel (the bench's late-launch kernelspec uses them too)."""
+    from .kernel import JuliaKernel
+
+    # No OutStream: this process prints nothing a user should see (Julia's output travels
+    # over the supervisor's socket), and flushing OutStreams costs two IOPub-thread round
+    # trips per cell.
+    return {"kernel_class": JuliaKernel, "outstream_class": None}
+
 
 if __name__ == "__main__":
-    IPKernelApp.launch_instance(**APP_OPTIONS)
+    main()

@@ -26,7 +26,7 @@ import signal
 import sys
 from collections import deque
 from collections.abc import Awaitable, Coroutine
-from typing import Any
+from typing import Any, ClassVar
 
 import zmq
 from ipykernel._version import kernel_protocol_version
@@ -99,15 +99,18 @@ class JuliaKernel(Kernel):
     # IPKernelApp passes these to every kernel; declared so traitlets accepts them.
     user_ns = DictTrait(allow_none=True)
     debugpy_stream = AnyTrait(allow_none=True)
+    # `python -m jutul_jkernel` builds the supervisor, and launches Julia, before it imports
+    # ipykernel: Julia boots during those imports. The next kernel made takes it from here.
+    prepared_supervisor: ClassVar[JuliaSupervisor | None] = None
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        supervisor, JuliaKernel.prepared_supervisor = JuliaKernel.prepared_supervisor, None
         # A private Xvfb comes with Julia when the kernelspec asks for one (install --xvfb).
-        self.supervisor: JuliaSupervisor = supervisor_from_env(
-            on_stray_output=self._stray_output,
-            on_stray_display=self._stray_display,
-            backpressure=self._iopub_backpressure,
-        )
+        self.supervisor: JuliaSupervisor = supervisor or supervisor_from_env()
+        self.supervisor.on_stray_output = self._stray_output
+        self.supervisor.on_stray_display = self._stray_display
+        self.supervisor.backpressure = self._iopub_backpressure
         self._unsynced_bytes = 0
         self._is_complete_wait = _positive_seconds(
             "JUTUL_JKERNEL_IS_COMPLETE_WAIT", _IS_COMPLETE_WAIT, self.log

@@ -5,7 +5,9 @@ routes what comes back: live output to a callback, one :class:`ExecutionResult` 
 Executions run one at a time; :meth:`JuliaSupervisor.interrupt` and
 :meth:`JuliaSupervisor.shutdown` never wait behind them. If Julia dies, every waiter fails at
 once with :class:`JuliaDiedError` explaining how, and the next execution starts a fresh Julia
-and says that state was lost.
+and says that state was lost. :meth:`JuliaSupervisor.launch` spawns Julia synchronously, before
+any event loop runs, for start() to adopt: the kernel's entry point uses it so that Julia boots
+while ipykernel is still being imported.
 
 Usage from plain Python::
 
@@ -25,8 +27,10 @@ import shlex
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
+import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -188,11 +192,80 @@ class _Execution:
     input_tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
+class _ChildProcess:
+    """A ``subprocess.Popen`` as the supervisor awaits it: pid, returncode, ``await wait()``.
+
+    Julia is spawned with plain Popen so that it can be spawned before any event loop runs
+    (:meth:`JuliaSupervisor.launch`). A thread waits for its exit, as asyncio's own
+    ThreadedChildWatcher does for ``create_subprocess_exec``; it starts when the process is
+    adopted, on the loop that awaits it.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        loop = asyncio.get_running_loop()
+        self._exited: asyncio.Future[int] = loop.create_future()
+        threading.Thread(
+            target=self._reap, args=(loop,), name=f"reap-julia-{self.pid}", daemon=True
+        ).start()
+
+    def _reap(self, loop: asyncio.AbstractEventLoop) -> None:
+        code = self._popen.wait()
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(_set_result, self._exited, code)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self._exited)
+
+    def kill(self) -> None:
+        self._popen.kill()  # a no-op once reaped: never signals a reused pid
+
+    def terminate(self) -> None:
+        self._popen.terminate()
+
+
+def _set_result(future: asyncio.Future[int], code: int) -> None:
+    if not future.done():
+        future.set_result(code)
+
+
+@dataclass
+class _Launch:
+    """A Julia process spawned but not yet connected (see :meth:`JuliaSupervisor.launch`)."""
+
+    popen: subprocess.Popen[bytes]
+    listener: socket.socket
+    token: str
+    log_path: Path
+    stderr_fd: int | None
+    settings: tuple[Any, ...]
+
+    def discard(self) -> None:
+        """Kill the process (and its group), reap it, close what we hold of it."""
+        self.listener.close()
+        if not _IS_WINDOWS:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            self.popen.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(_REAP_WAIT)
+        if self.stderr_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.stderr_fd)
+            self.stderr_fd = None
+
+
 @dataclass
 class _Julia:
     """One incarnation of the Julia process and its connection."""
 
-    proc: asyncio.subprocess.Process
+    proc: _ChildProcess
     log_path: Path
     stderr_fd: int | None  # our copy of the read end of Julia's fd 2: text written while dying
     reader: asyncio.StreamReader | None = None
@@ -320,6 +393,7 @@ class JuliaSupervisor:
         # reader wait, TCP fills up and Julia's writes block, instead of output piling up here.
         self.backpressure = backpressure
         self._julia: _Julia | None = None
+        self._launched: _Launch | None = None  # spawned by launch(), adopted by start()
         self._lock = asyncio.Lock()  # serialises executions
         self._start_lock = asyncio.Lock()
         self._next_id = 0
@@ -494,6 +568,9 @@ class JuliaSupervisor:
     async def shutdown(self) -> None:
         """Stop Julia (ask, wait, SIGTERM, SIGKILL, reap) and release everything."""
         self._closed = True
+        launched, self._launched = self._launched, None
+        if launched is not None:  # launched but never started: nothing to ask, kill it
+            launched.discard()
         await self._stop_julia(reason="was shut down")
         for task in list(self._background):
             task.cancel()
@@ -505,6 +582,9 @@ class JuliaSupervisor:
         j = self._julia
         if j is not None and j.proc.returncode is None:
             self._signal_group(j, kill=True)
+        if self._launched is not None and not _IS_WINDOWS:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._launched.popen.pid, signal.SIGKILL)
 
     async def complete(self, code: str, cursor: int) -> dict[str, Any]:
         """REPL completions at ``cursor`` (code points): matches, cursor_start, cursor_end."""
@@ -568,7 +648,8 @@ class JuliaSupervisor:
         self._incarnation += 1
         return self._log_dir / f"julia-{os.getpid()}-{self._incarnation}.log"
 
-    async def _spawn(self) -> None:
+    def _launch(self) -> _Launch:
+        """Spawn Julia with a listener for it to connect to; no event loop needed."""
         token = secrets.token_hex(16)
         log_path = self._new_log()
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -591,9 +672,9 @@ class JuliaSupervisor:
             kwargs["pass_fds"] = (err_read,)
             env["JUTUL_JKERNEL_STDERR_FD"] = str(err_read)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
+            popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
                 stdout=fd,
                 stderr=err_write,
                 cwd=self.cwd,
@@ -615,7 +696,49 @@ class JuliaSupervisor:
                 os.close(err_write)
         if err_read is not None:
             os.set_blocking(err_read, False)
-        j = _Julia(proc, log_path, err_read)
+        return _Launch(popen, listener, token, log_path, err_read, self._settings())
+
+    def _settings(self) -> tuple[Any, ...]:
+        """What decides Julia's command line and environment (an early launch must match)."""
+        return (
+            self.julia,
+            tuple(self.julia_args),
+            self.threads,
+            self.cwd,
+            tuple(sorted(self.env.items())),
+        )
+
+    def launch(self) -> None:
+        """Spawn Julia now, synchronously, without waiting for it; start() then adopts it.
+
+        A kernel calls this before its slow imports, so that Julia boots meanwhile. Nothing
+        is sent to this Julia before start() has checked its handshake; if start() never
+        comes, Julia exits when this process does (its socket closes, and it polls its parent).
+        """
+        if self._closed or self.alive or self._launched is not None:
+            return
+        if self._setting_error is not None:
+            return  # start() reports it
+        try:
+            self._launched = self._launch()
+        except JuliaStartupError as exc:
+            log.debug("early launch failed; start() will try again: %s", exc)
+
+    async def _spawn(self) -> None:
+        launched, self._launched = self._launched, None
+        if launched is not None and (
+            launched.settings != self._settings() or launched.popen.poll() is not None
+        ):
+            # Settings changed since, or it already died: start afresh (and report that one).
+            launched.discard()
+            launched = None
+        if launched is None:
+            launched = self._launch()
+        proc = _ChildProcess(launched.popen)
+        listener, token, log_path = launched.listener, launched.token, launched.log_path
+        argv = launched.popen.args
+        assert isinstance(argv, list)
+        j = _Julia(proc, log_path, launched.stderr_fd)
         try:
             conn, decoder, early = await asyncio.wait_for(
                 self._accept(j, listener, token), self.startup_timeout

@@ -261,6 +261,9 @@ class HeadlessJuliaSupervisor(JuliaSupervisor):
         self.env = dict(self.env)  # start() adds DISPLAY: never to the caller's dict
         self.xvfb = xvfb
 
+    def launch(self) -> None:
+        """Launch nothing early: Julia needs the display, which start() brings up first."""
+
     async def start(self) -> None:
         """Start Xvfb if needed, then Julia with its ``DISPLAY`` and ``XAUTHORITY``."""
         if not self.alive:

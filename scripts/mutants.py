@@ -66,6 +66,8 @@ SJ = "tests/test_supervisor_julia.py"
 KC = "tests/test_kernel_client.py"
 IN = "tests/test_interrupts.py"
 RP = "tests/test_repl_parity.py"
+MAIN = "jutul_jkernel/__main__.py"
+EL = "tests/test_early_launch.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -399,6 +401,47 @@ MUTANTS: tuple[Mutant, ...] = (
         "installing the kernel compiles its Julia side",
         (Edit("jutul_jkernel/install.py", "if not args.no_precompile:", "if False:  # mutant M36"),),
         ("tests/test_install.py::test_install_compiles_the_julia_side",),
+    ),
+    Mutant(
+        "M37",
+        "the kernel launches Julia before it imports ipykernel (start-up overlaps)",
+        (Edit(MAIN, "supervisor.launch()", "pass  # mutant M37"),),
+        (f"{EL}::test_kernel_launches_julia_before_it_imports_ipykernel",),
+    ),
+    Mutant(
+        "M38",
+        "start() adopts the Julia that launch() spawned instead of starting a second one",
+        (
+            Edit(
+                SUP,
+                "async def _spawn(self) -> None: launched, self._launched = self._launched, None",
+                "async def _spawn(self) -> None:\n"
+                "        launched, self._launched = None, self._launched  # mutant M38",
+            ),
+        ),
+        (
+            f"{EL}::test_start_adopts_the_launched_julia",
+            f"{EL}::test_kernel_through_jupyter_client_runs_one_julia",
+        ),
+    ),
+    Mutant(
+        "M39",
+        "a launched Julia never outlives the supervisor, started or not",
+        (
+            Edit(
+                SUP,
+                "if launched is not None: # launched but never started: nothing to ask, kill it"
+                " launched.discard()",
+                "pass  # mutant M39",
+            ),
+        ),
+        (f"{EL}::test_shutdown_before_start_leaves_no_julia",),
+    ),
+    Mutant(
+        "M40",
+        "a launch made with other settings is replaced, not adopted",
+        (Edit(SUP, "launched.settings != self._settings() or ", ""),),
+        (f"{EL}::test_launch_with_other_settings_since_is_replaced",),
     ),
 )
 
