@@ -14,10 +14,13 @@
 # changed: Julia's own staleness check decides), the source is included as a plain module,
 # one line in Julia's log says why, and a compile for the next start runs beside this kernel
 # (it ends with the kernel's process group if the kernel ends first). A read-only cache
-# directory means source every time, also said in one line. Everything here lives inside
-# `let`: Main gets no names from the launcher, only `JKernel`, as the script used to define.
-# Julia 1.5.3 or newer.
+# directory means source every time, also said in one line. Everything here is evaluated in
+# an anonymous module, not in Main: a `let` in Main would still resolve every Base function it
+# calls (`last`, `split`, `filter`, `run`, ...) as Main's, and a cell's `last = 0` would then
+# fail with "cannot assign a value to variable Base.last from module Main". Main gets only
+# `JKernel`, as the single-file script used to define. Julia 1.5.3 or newer.
 
+Core.eval(Module(:JKernelLauncher), quote
 let script = @__FILE__,
     pkg_dir = joinpath(@__DIR__, "JKernel"),
     entry = joinpath(pkg_dir, "src", "JKernel.jl"),
@@ -147,3 +150,4 @@ let script = @__FILE__,
     delete!(ENV, "JUTUL_JKERNEL_PRECOMPILED")
     Base.invokelatest(jk.main)
 end
+end)

@@ -403,6 +403,12 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_install.py::test_install_compiles_the_julia_side",),
     ),
     Mutant(
+        "M41",
+        "the launcher leaves Main's names to the user (a cell may assign `last`)",
+        (Edit(LAUNCHER, "Core.eval(Module(:JKernelLauncher), quote", "Core.eval(Main, quote"),),
+        (f"{PC}::test_the_launcher_leaves_mains_names_to_the_user",),
+    ),
+    Mutant(
         "M37",
         "the kernel launches Julia before it imports ipykernel (start-up overlaps)",
         (Edit(MAIN, "supervisor.launch()", "pass  # mutant M37"),),

@@ -142,6 +142,33 @@ async def test_the_package_is_invisible_to_the_user(cached: JuliaSupervisor) -> 
     assert "Status" in status and "JKernel" not in status, status
 
 
+# Base functions whose names notebooks also use as variables. Code that runs in Main and calls
+# one of them binds Main's name to Base's, and the user's `last = 0` then fails ("cannot assign
+# a value to variable Base.last from module Main"): the launcher once did, the course notebook
+# caught it.
+USER_NAMES = (
+    "last first count sum max min length size filter split run get keys values step range "
+    "time names string strip println mkpath"
+).split()
+
+
+@pytest.mark.parametrize("loaded", ["cache", "source"])
+async def test_the_launcher_leaves_mains_names_to_the_user(
+    compiled: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, loaded: str
+) -> None:
+    """Whichever way JKernel loads, a fresh session lets a cell assign the names of Base
+    functions as variables, as plain julia does."""
+    server, depot = compiled
+    monkeypatch.setattr(_resources, "server_script", lambda: server)
+    sup = await start(depot, **({"JUTUL_JKERNEL_PRECOMPILED": "no"} if loaded == "source" else {}))
+    try:
+        assert loaded_from(sup) == loaded
+        code = "; ".join(f"{name} = {i}" for i, name in enumerate(USER_NAMES)) + "; last"
+        assert await value(sup, code) == str(USER_NAMES.index("last"))
+    finally:
+        await sup.shutdown()
+
+
 async def test_a_changed_source_loads_from_source_and_recompiles(
     copy: Path, tmp_path: Path
 ) -> None:
