@@ -281,15 +281,7 @@ def check_julia(julia: str, julia_args: Sequence[str] = ()) -> str:
     """
     command = [julia, "--startup-file=no", *julia_args, "-e", "print(VERSION)"]
     try:
-        done = subprocess.run(
-            command,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=_CHECK_TIMEOUT,
-            check=False,
-        )
+        done = _run_julia(command, _CHECK_TIMEOUT)
     except OSError as exc:
         msg = f"could not run {julia}: {exc.strerror or exc}."
         raise JuliaCheckError(msg) from None
@@ -314,6 +306,22 @@ def check_julia(julia: str, julia_args: Sequence[str] = ()) -> str:
     return version
 
 
+def _run_julia(
+    command: list[str], timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a julia command with no stdin, its output captured as text, within ``timeout``."""
+    return subprocess.run(
+        command,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
 def precompile_server(
     julia: str, julia_args: Sequence[str] = (), env: dict[str, str] | None = None
 ) -> str | None:
@@ -330,16 +338,7 @@ def precompile_server(
         "--precompile",
     ]
     try:
-        done = subprocess.run(
-            command,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=_PRECOMPILE_TIMEOUT,
-            env={**os.environ, **(env or {})},
-            check=False,
-        )
+        done = _run_julia(command, _PRECOMPILE_TIMEOUT, env)
     except OSError as exc:
         return f"could not run {julia}: {exc.strerror or exc}"
     except subprocess.TimeoutExpired:
