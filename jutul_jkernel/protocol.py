@@ -37,6 +37,7 @@ class FrameKind(enum.Enum):
     ANS = "ANS"  # ANS <id> <n>: JSON answer to QRY <id>
     ACK = "ACK"  # ACK <n> 0: answers SYN <n>, or INT <n> once it reached the evaluation
     PAY = "PAY"  # PAY <id> <n>: JSON reply payload of evaluation <id> (e.g. set_next_input)
+    MRK = "MRK"  # MRK <m> <n>: the frame in the payload (or none) follows output marker <m>
     # Python -> Julia
     EXE = "EXE"  # EXE <id> <n>: code to evaluate (backtraces name it In[<id>])
     EXN = "EXN"  # EXN <id> <name> <n>: the same, naming the code <name>, e.g. In[3]
@@ -56,7 +57,7 @@ _ARITY = {
     FrameKind.RDY: 1, FrameKind.INF: 0, FrameKind.OUT: 1, FrameKind.DSP: 1, FrameKind.CLR: 2,
     FrameKind.VAL: 1, FrameKind.ERR: 1, FrameKind.RES: 2, FrameKind.INP: 2, FrameKind.ANS: 1,
     FrameKind.ACK: 1, FrameKind.EXE: 1, FrameKind.EXN: 2, FrameKind.INT: 1, FrameKind.TXT: 1,
-    FrameKind.NIN: 1, FrameKind.QRY: 3, FrameKind.SYN: 1, FrameKind.PAY: 1,
+    FrameKind.NIN: 1, FrameKind.QRY: 3, FrameKind.SYN: 1, FrameKind.PAY: 1, FrameKind.MRK: 1,
 }  # fmt: skip
 _KINDS: dict[bytes, FrameKind] = {k.value.encode(): k for k in FrameKind}
 
@@ -91,6 +92,7 @@ _VALIDATORS: dict[FrameKind, tuple[object, ...]] = {
     FrameKind.TXT: (_ID,),
     FrameKind.NIN: (_ID,),
     FrameKind.SYN: (_ID,),
+    FrameKind.MRK: (_ID,),
 }
 
 
@@ -177,6 +179,18 @@ class Decoder:
         if self._buf:
             msg = f"connection closed inside a header: {bytes(self._buf[:60])!r}"
             raise ProtocolError(msg)
+
+
+def inner_frame(frame: Frame) -> Frame | None:
+    """The one frame an MRK frame carries, or None for a bare marker."""
+    if not frame.payload:
+        return None
+    decoder = Decoder()
+    frames = decoder.feed(frame.payload)
+    if len(frames) != 1 or decoder.buffered or frames[0].kind is FrameKind.MRK:
+        msg = f"MRK {frame.args[0]} does not carry exactly one frame: {frame.payload[:80]!r}"
+        raise ProtocolError(msg)
+    return frames[0]
 
 
 def parse_header(line: bytes) -> tuple[FrameKind, tuple[str, ...], int]:

@@ -40,7 +40,8 @@ from typing import Any, Literal
 import psutil
 
 from . import _resources
-from .protocol import Decoder, Frame, FrameKind, ProtocolError, encode
+from .capture import OutputPipes, make_pipe, marker_bytes, new_marker
+from .protocol import Decoder, Frame, FrameKind, ProtocolError, encode, inner_frame
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,9 @@ _BURST_WAIT = 3.0
 # Once a signal was taken, the cell's result follows within seconds (rendering the error is
 # the slow part when cold); past this Julia is wedged and restarted.
 _AFTER_SIGNAL_WAIT = 15.0
+# Julia writes an output marker and sends MRK right after; reading up to it takes milliseconds
+# (paused for IOPub, as long as IOPub needs). Past this, a marker is taken as lost.
+_MARK_WAIT = 10.0
 # Shutdown: after EOF on its socket the server exits by itself; a cell that never yields does not
 # see the EOF, so SIGTERM then SIGKILL follow. Together well inside jupyter_client's 2.5 s.
 # An idle server exits in ~10 ms; one still compiling its warm-up (the first seconds after a
@@ -242,7 +246,8 @@ class _Launch:
     listener: socket.socket
     token: str
     log_path: Path
-    stderr_fd: int | None
+    pipe_fds: dict[str, int] | None  # read ends of Julia's fd 1 and fd 2 (POSIX)
+    marker: bytes
     settings: tuple[Any, ...]
 
     def discard(self) -> None:
@@ -255,10 +260,10 @@ class _Launch:
             self.popen.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(_REAP_WAIT)
-        if self.stderr_fd is not None:
+        for fd in (self.pipe_fds or {}).values():
             with contextlib.suppress(OSError):
-                os.close(self.stderr_fd)
-            self.stderr_fd = None
+                os.close(fd)
+        self.pipe_fds = None
 
 
 @dataclass
@@ -267,7 +272,7 @@ class _Julia:
 
     proc: _ChildProcess
     log_path: Path
-    stderr_fd: int | None  # our copy of the read end of Julia's fd 2: text written while dying
+    pipes: OutputPipes | None  # Julia's fd 1 and fd 2, read here (POSIX; else OUT frames)
     reader: asyncio.StreamReader | None = None
     writer: asyncio.StreamWriter | None = None
     reader_task: asyncio.Task[None] | None = None
@@ -660,17 +665,25 @@ class JuliaSupervisor:
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         env = self._child_env(token)
         kwargs: dict[str, Any] = {}
-        err_read: int | None = None
+        pipe_fds: dict[str, int] | None = None
+        ours: list[int] = []  # write ends, closed here once Julia has them
         err_write = fd
+        marker = new_marker()
         if _IS_WINDOWS:
+            # No pass_fds: Julia redirects its output in-process and sends it as OUT frames.
             kwargs["creationflags"] = 0x00000200  # CREATE_NEW_PROCESS_GROUP: Ctrl+Break target
         else:
             kwargs["start_new_session"] = True  # our signals reach Julia, never our own group
-            # Julia's fd 2 is a pipe whose read end both sides hold: the server pumps it, and
-            # what Julia writes while dying is still here to quote afterwards.
-            err_read, err_write = os.pipe()
-            kwargs["pass_fds"] = (err_read,)
-            env["JUTUL_JKERNEL_STDERR_FD"] = str(err_read)
+            # fd 2 is a pipe from the start (what Julia writes while booting or dying is read
+            # here); fd 1 stays the log until the server moves it onto the other pipe, so its
+            # start-up messages stay in the log. See capture.py for why we read them, not Julia.
+            out_read, out_write = make_pipe()
+            err_read, err_write = make_pipe()
+            pipe_fds = {"stdout": out_read, "stderr": err_read}
+            ours = [out_write, err_write]
+            kwargs["pass_fds"] = (out_write,)
+            env["JUTUL_JKERNEL_STDOUT_FD"] = str(out_write)
+            env["JUTUL_JKERNEL_MARK"] = marker
         try:
             popen = subprocess.Popen(
                 argv,
@@ -683,8 +696,8 @@ class JuliaSupervisor:
             )
         except OSError as exc:
             listener.close()
-            if err_read is not None:
-                os.close(err_read)
+            for read_end in (pipe_fds or {}).values():
+                os.close(read_end)
             msg = (
                 f"could not start Julia with {argv[0]!r}: {exc}. Install Julia (juliaup, or "
                 "`make setup` in a checkout) or point JUTUL_JKERNEL_JULIA at the executable."
@@ -692,11 +705,11 @@ class JuliaSupervisor:
             raise JuliaStartupError(msg) from exc
         finally:
             os.close(fd)
-            if err_write != fd:
-                os.close(err_write)
-        if err_read is not None:
-            os.set_blocking(err_read, False)
-        return _Launch(popen, listener, token, log_path, err_read, self._settings())
+            for write_end in ours:
+                os.close(write_end)
+        return _Launch(
+            popen, listener, token, log_path, pipe_fds, marker_bytes(marker), self._settings()
+        )
 
     def _settings(self) -> tuple[Any, ...]:
         """What decides Julia's command line and environment (an early launch must match)."""
@@ -738,7 +751,12 @@ class JuliaSupervisor:
         listener, token, log_path = launched.listener, launched.token, launched.log_path
         argv = launched.popen.args
         assert isinstance(argv, list)
-        j = _Julia(proc, log_path, launched.stderr_fd)
+        j = _Julia(proc, log_path, None)
+        if launched.pipe_fds is not None:
+            j.pipes = OutputPipes(
+                launched.pipe_fds, launched.marker, lambda name, data: self._piped(j, name, data)
+            )
+            j.pipes.start()  # now: Julia may already be writing, and a full pipe would stop it
         try:
             conn, decoder, early = await asyncio.wait_for(
                 self._accept(j, listener, token), self.startup_timeout
@@ -863,7 +881,10 @@ class JuliaSupervisor:
                 if frames:
                     j.last_frame_at = asyncio.get_running_loop().time()
                 for frame in frames:
-                    self._dispatch(j, frame)
+                    if frame.kind is FrameKind.MRK:
+                        await self._ordered(j, frame)
+                    else:
+                        self._dispatch(j, frame)
                 ex = self._current
                 if self.backpressure is not None and not (ex is not None and ex.discarding):
                     await self.backpressure()
@@ -879,19 +900,72 @@ class JuliaSupervisor:
             log.exception("handling a frame from Julia failed")
         await self._on_death(j, reason)
 
+    def _output(self, j: _Julia, name: str, data: bytes) -> None:
+        """Bytes Julia's process wrote to fd 1 or fd 2: to the running cell, or stray."""
+        if name == "stderr":
+            j.stderr_tail.append(data)
+        ex = self._current
+        if ex is not None and ex.discarding:
+            ex.dropped_bytes += len(data)
+        elif ex is not None and ex.on_output is not None:
+            ex.on_output(name, data)
+        elif ex is None and self.on_stray_output is not None:
+            self.on_stray_output(name, data)
+
+    def _piped(self, j: _Julia, name: str, data: bytes) -> None:
+        """Output read from the pipes; pause them while the consumer catches up."""
+        if self._julia is not j:
+            # Still starting (or already replaced): no cell owns this, and a start-up failure
+            # quotes it from the log.
+            if name == "stderr":
+                j.stderr_tail.append(data)
+            with contextlib.suppress(OSError), open(j.log_path, "ab") as f:
+                f.write(data)
+            return
+        self._output(j, name, data)
+        ex = self._current
+        pipes = j.pipes
+        if (
+            self.backpressure is None
+            or pipes is None
+            or pipes.paused
+            or (ex is not None and ex.discarding)
+        ):
+            return
+        pipes.pause()
+        backpressure = self.backpressure
+
+        async def catch_up() -> None:
+            try:
+                await backpressure()
+            finally:
+                pipes.resume()
+
+        task = asyncio.create_task(catch_up())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _ordered(self, j: _Julia, frame: Frame) -> None:
+        """MRK n: handle the frame it carries once fd 1 and fd 2 were read up to marker n."""
+        n = int(frame.args[0])
+        inner = inner_frame(frame)
+        if j.pipes is not None:
+            if not await j.pipes.passed(n, _MARK_WAIT):
+                log.warning("output marker %d did not arrive within %g s; going on", n, _MARK_WAIT)
+                j.pipes.skip(n)
+        if inner is not None:
+            self._dispatch(j, inner)
+        if j.pipes is not None:
+            j.pipes.release(n)
+
     def _dispatch(self, j: _Julia, frame: Frame) -> None:
         kind, args = frame.kind, frame.args
         ex = self._current
         if kind is FrameKind.OUT:
-            if args[0] == "stderr":
-                j.stderr_tail.append(frame.payload)
-            if ex is not None and ex.discarding:
-                ex.dropped_bytes += len(frame.payload)
-            elif ex is not None and ex.on_output is not None:
-                ex.on_output(args[0], frame.payload)
-            elif ex is None and self.on_stray_output is not None:
-                self.on_stray_output(args[0], frame.payload)
+            self._output(j, args[0], frame.payload)
             return
+        if kind is FrameKind.MRK:
+            raise ProtocolError("an MRK frame outside the read loop")
         if kind is FrameKind.INF:
             j.info = _json(frame)
             waiter = self._waiters.pop(0, None)
@@ -1056,6 +1130,8 @@ class JuliaSupervisor:
         ack: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiters[ex.id] = ack
         ex.discarding = True
+        if j.pipes is not None:
+            j.pipes.resume()  # an interrupt never waits for output to drain: it is dropped now
         try:
             ex.interrupt_path = "frame"
             await self._send(j, encode(FrameKind.INT, ex.id))
@@ -1254,22 +1330,19 @@ class JuliaSupervisor:
             os.killpg(j.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
 
     def _post_mortem(self, j: _Julia, *, quote_log: bool = True) -> str:
-        """Collect what Julia wrote to fd 2 that its pump never forwarded; append it to the log.
+        """Collect what Julia wrote to fd 1 and 2 that was not passed on; append it to the log.
 
-        Return the end of it, or (with ``quote_log``) the end of the log if there was none.
+        Return the end of its stderr, or (with ``quote_log``) the end of the log if none.
         """
-        chunks = []
-        if j.stderr_fd is not None:
-            with contextlib.suppress(OSError):
-                while data := os.read(j.stderr_fd, 65536):
-                    chunks.append(data)
-            with contextlib.suppress(OSError):
-                os.close(j.stderr_fd)
-            j.stderr_fd = None
-        text = b"".join(chunks)
-        if text:
-            with contextlib.suppress(OSError), open(j.log_path, "ab") as f:
-                f.write(text)
+        left: dict[str, bytes] = {}
+        if j.pipes is not None:
+            left = j.pipes.drain()
+            j.pipes.close()
+            j.pipes = None
+        text = left.get("stderr", b"")
+        with contextlib.suppress(OSError), open(j.log_path, "ab") as f:
+            for data in (left.get("stdout", b""), text):
+                f.write(data)
         tail = text[-_STDERR_TAIL_BYTES:].decode("utf-8", "replace").strip()
         if not tail and quote_log:
             tail = self._log_tail(j.log_path)

@@ -68,6 +68,8 @@ IN = "tests/test_interrupts.py"
 RP = "tests/test_repl_parity.py"
 MAIN = "jutul_jkernel/__main__.py"
 EL = "tests/test_early_launch.py"
+CAP = "jutul_jkernel/capture.py"
+JK_CAPTURE = "julia/JKernel/src/capture.jl"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -448,6 +450,39 @@ MUTANTS: tuple[Mutant, ...] = (
         "a launch made with other settings is replaced, not adopted",
         (Edit(SUP, "launched.settings != self._settings() or ", ""),),
         (f"{EL}::test_launch_with_other_settings_since_is_replaced",),
+    ),
+    Mutant(
+        "M42",
+        "the supervisor reads Julia's fd 1 and 2 itself: no writer waits on Julia's own thread",
+        (Edit(SUP, 'env["JUTUL_JKERNEL_STDOUT_FD"] = str(out_write)', "pass  # mutant M42"),),
+        (
+            f"{SJ}::test_c_output_larger_than_a_pipe_arrives_whole",
+            f"{IN}::test_print_flood_stops_by_frame_and_keeps_state",
+        ),
+    ),
+    Mutant(
+        "M43",
+        "a frame after an output marker waits until the output before the marker was read",
+        (Edit(SUP, "await j.pipes.passed(n, _MARK_WAIT)", "True"),),
+        (f"{SJ}::test_output_keeps_its_place_around_displays",),
+    ),
+    Mutant(
+        "M44",
+        "output written after a marker waits until the frame the marker orders was handled",
+        (Edit(CAP, "if s.held or markers > self._released:", "if s.held:"),),
+        (f"{SJ}::test_output_keeps_its_place_around_displays", "tests/test_capture.py"),
+    ),
+    Mutant(
+        "M45",
+        "Julia's output pipes are blocking: C waits for the reader instead of losing its output",
+        (
+            Edit(
+                JK_CAPTURE,
+                "ccall(:uv_stream_set_blocking, Cint, (Ptr{Cvoid}, Cint), w.handle, 1)",
+                "0",
+            ),
+        ),
+        (f"{SJ}::test_c_output_larger_than_a_pipe_arrives_whole",),
     ),
 )
 

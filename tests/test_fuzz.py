@@ -103,6 +103,7 @@ _REF_ARGS: dict[str, tuple[bytes, ...]] = {
     "NIN": (_REF_ID,),
     "QRY": (_REF_ID, rb"complete|inspect|is_complete", rb"0|[1-9][0-9]{0,17}"),
     "SYN": (_REF_ID,),
+    "MRK": (_REF_ID,),
 }
 _REF_PYTHON_TO_JULIA = ("EXE", "EXN", "INT", "TXT", "NIN", "QRY", "SYN")
 _REF_HEADER_MAX = 255  # bytes of a header line before its newline
@@ -555,7 +556,9 @@ class RawServer:
         listener.listen(1)
         listener.settimeout(STARTUP_TIMEOUT)
         env = {**os.environ, "JUTUL_JKERNEL_TOKEN": self.token, "JULIA_NUM_THREADS": "1"}
-        env.pop("JUTUL_JKERNEL_STDERR_FD", None)
+        # No output pipes of a supervisor: the server forwards its output as OUT frames itself
+        # (the Windows path), which these tests read.
+        env.pop("JUTUL_JKERNEL_STDOUT_FD", None)
         self.proc = subprocess.Popen(
             [
                 "julia",

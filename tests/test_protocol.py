@@ -19,6 +19,7 @@ from jutul_jkernel.protocol import (
     FrameKind,
     ProtocolError,
     encode,
+    inner_frame,
 )
 
 VALID_ARGS: dict[FrameKind, tuple[str, ...]] = {
@@ -41,6 +42,7 @@ VALID_ARGS: dict[FrameKind, tuple[str, ...]] = {
     FrameKind.NIN: ("7",),
     FrameKind.QRY: ("7", "is_complete", "0"),
     FrameKind.SYN: ("99",),
+    FrameKind.MRK: ("3",),
 }
 
 NASTY_PAYLOAD = b"\x00\xff\xfe\n\nRES 1 ok 3\n\xc3\x28\r\n\x00"
@@ -397,7 +399,7 @@ ARG_STRATEGIES: dict[FrameKind, tuple[st.SearchStrategy[str], ...]] = {
         for k in (
             FrameKind.DSP, FrameKind.VAL, FrameKind.ERR, FrameKind.ANS, FrameKind.ACK,
             FrameKind.EXE, FrameKind.INT, FrameKind.TXT, FrameKind.NIN, FrameKind.SYN,
-            FrameKind.PAY,
+            FrameKind.PAY, FrameKind.MRK,
         )
     },
 }  # fmt: skip
@@ -437,3 +439,28 @@ def test_random_frames_survive_random_splits(frames: list[Frame], data: st.DataO
     dec.check_eof()
     assert got == frames
     assert dec.buffered == 0
+
+
+# ==== MRK: one frame ordered after an output marker ====
+
+
+def test_mrk_carries_one_whole_frame() -> None:
+    """MRK's payload decodes to the frame inside; a bare MRK carries none."""
+    inner = encode(FrameKind.RES, 7, "ok", payload=b"3")
+    (mrk,) = decode_all(encode(FrameKind.MRK, 2, payload=inner))
+    assert inner_frame(mrk) == Frame(FrameKind.RES, ("7", "ok"), b"3")
+    assert inner_frame(Frame(FrameKind.MRK, ("2",))) is None
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        encode(FrameKind.RES, 7, "ok") + encode(FrameKind.RES, 8, "ok"),  # two frames
+        encode(FrameKind.RES, 7, "ok", payload=b"abc")[:-1],  # a cut frame
+        encode(FrameKind.MRK, 1, payload=encode(FrameKind.RES, 7, "ok")),  # nested
+        b"not a frame\n",
+    ],
+)
+def test_mrk_with_anything_but_one_frame_raises(payload: bytes) -> None:
+    with pytest.raises(ProtocolError, match="MRK|unknown frame kind"):
+        inner_frame(Frame(FrameKind.MRK, ("1",), payload))

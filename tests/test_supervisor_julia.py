@@ -14,6 +14,7 @@ import textwrap
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -210,6 +211,56 @@ async def test_large_and_binary_output_arrive_intact(
     lines = data[4:].splitlines()
     assert len(lines) == 50_000
     assert lines[-1].strip() == b"50000"
+
+
+# 200,000 lines from C, several times what a pipe holds, in one call into C per line and no
+# yield to Julia's scheduler in between.
+C_FLOOD = 'for i in 1:200_000; ccall(:puts, Cint, (Cstring,), "c flood line, c flood line"); end'
+
+
+async def test_c_output_larger_than_a_pipe_arrives_whole() -> None:
+    """A C library printing megabytes without returning to Julia: every line arrives, in a
+    fresh Julia and after a child process ran.
+
+    Julia used to read these pipes itself, on the thread that writes them. In a fresh Julia the
+    pipe was non-blocking and C lost what did not fit (98% of 100,000 lines); after any child
+    process (which makes it blocking) the same cell hung for good. The reader is slowed down
+    here, as IOPub slows the kernel's, so that the pipes do fill.
+    """
+
+    async def slow_consumer() -> None:  # IOPub well behind: the pipes fill up
+        await asyncio.sleep(0.2)
+
+    async with JuliaSupervisor(
+        backpressure=slow_consumer, startup_timeout=STARTUP_TIMEOUT
+    ) as julia:
+        for before in ("nothing", "run(`true`)"):
+            assert (await run(julia, before)).status == "ok"
+            out = Output()
+            r = await run(julia, C_FLOOD, out)
+            assert r.status == "ok", (before, r)
+            lines = out.text().splitlines()
+            assert len(lines) == 200_000, (before, len(lines))
+            assert set(lines) == {"c flood line, c flood line"}
+
+
+async def test_output_keeps_its_place_around_displays(julia: JuliaSupervisor) -> None:
+    """Output printed before a display comes before it, and output printed after comes after,
+    even when a pipe read holds both sides of it."""
+    seen: list[str] = []
+
+    def on_output(stream: str, data: bytes) -> None:
+        seen.append(data.decode())
+
+    def on_display(msg: dict[str, Any]) -> None:
+        seen.append(f"[{msg['data']['text/plain']}]")
+
+    code = 'for i in 1:20; print("x" ^ 50_000, i); display(i); print("y", i); end'
+    r = await asyncio.wait_for(julia.execute(code, on_output, on_display=on_display), CELL_BOUND)
+    assert r.status == "ok"
+    want = "".join(f"{'x' * 50_000}{i}[{i}]y{i}" for i in range(1, 21))
+    got = "".join(seen)
+    assert got == want, next(i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b)
 
 
 async def test_logging_and_display_are_captured(julia: JuliaSupervisor, output: Output) -> None:

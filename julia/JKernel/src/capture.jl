@@ -1,13 +1,22 @@
-# capture.jl: fd 1 and fd 2 into pipes, pumps that forward them, drain markers.
+# capture.jl: fd 1 and fd 2 as pipes, drain markers, write buffering.
 #
-# Output: fd 1 is redirected into an in-process pipe. fd 2 is a pipe the supervisor made and
-# also holds the read end of (JUTUL_JKERNEL_STDERR_FD names the server's copy), so what Julia
-# writes while dying can still be read; without that variable fd 2 is redirected in-process
-# too. A pump task per stream forwards what arrives as OUT frames. At the end of an evaluation
-# the server flushes Julia's and C's buffers and writes a marker into each pipe; RES is sent
-# only once both pumps have passed their marker, so all of an evaluation's output is on the
-# wire before its result. User code sees `stdout` and `stderr` as KernelStdio wrappers of those
-# pipes that carry `:color` when Julia runs with --color=yes.
+# Output: fd 1 and fd 2 are pipes whose read ends only the supervisor holds
+# (JUTUL_JKERNEL_STDOUT_FD names the write end for fd 1; fd 2 already is one), and the
+# supervisor reads them itself. A task here could not: it shares the thread with every writer,
+# so a C library printing more than the pipe holds in one call, or any print flood once a
+# child process has made the pipe blocking (libuv makes a child's stdio blocking, and the open
+# file description is shared), would stop the thread for good, interrupts included. The pipes
+# are made blocking on purpose, so that C's writes wait for the reader rather than fail.
+#
+# Order: `drain_output` flushes Julia's and C's buffers, writes a marker into each pipe and
+# returns its number; the frame that must follow the output (a result, a display, an input
+# request) is sent inside `MRK <number>`, and the supervisor handles it only once it has read
+# both pipes up to that marker. So all of a cell's output comes before its result.
+#
+# Without JUTUL_JKERNEL_STDOUT_FD (Windows: no inherited pipes), fd 1 and fd 2 are redirected
+# into in-process pipes and a pump task per stream forwards them as OUT frames; the drain then
+# waits until both pumps passed their marker. User code sees `stdout` and `stderr` as
+# KernelStdio wrappers of the pipes that carry `:color` when Julia runs with --color=yes.
 
 """
     pump(rd, name)
@@ -62,7 +71,6 @@ function forward_output!(held::Vector{UInt8}, name::String)
 end
 
 function send_output(name::String, buf::Vector{UInt8}, from::Int, to::Int)
-    FORWARDED[] += max(0, to - from + 1)
     while from <= to
         upto = min(to, from + OUT_CHUNK - 1)
         send_frame("OUT", name, view(buf, from:upto))
@@ -78,9 +86,11 @@ function flush_all()
 end
 
 """
-    drain_output()
+    drain_output() -> mark
 
-Flush every buffer and wait until the pumps forwarded everything written so far.
+Flush every buffer and put a marker behind what was written so far. Return its number for the
+frame that must follow that output (`send_frame(...; mark)`); 0 where the pumps forward the
+output (they have passed the marker when this returns).
 """
 function drain_output()
     flush_all()
@@ -91,6 +101,7 @@ function drain_output()
         write(w, MARK)
         flush(w)
     end
+    SUPERVISOR_READS[] && return want
     DRAIN_DEADLINE[] = time() + DRAIN_TIMEOUT   # the flusher task wakes us if it passes
     try
         while MARKS_SEEN["stdout"] < want || MARKS_SEEN["stderr"] < want
@@ -104,7 +115,11 @@ function drain_output()
     finally
         DRAIN_DEADLINE[] = Inf
     end
+    return 0
 end
+
+"""The number of the last marker, for a frame sent after a failure (0 if the pumps forward)."""
+last_mark() = SUPERVISOR_READS[] ? MARKS_SENT[] : 0
 
 """
     flusher_loop()
@@ -119,7 +134,7 @@ function flusher_loop()
     guarded("flusher") do
         while true
             running = CURRENT[] != 0
-            before = FORWARDED[]
+            before = WRITTEN[]
             gen = IDLE_GENERATION[]
             sleep(running ? FLUSH_INTERVAL : IDLE_BEFORE_WARM_UP)
             time() > DRAIN_DEADLINE[] && notify(DRAINED)
@@ -130,7 +145,7 @@ function flusher_loop()
                 continue
             end
             flush_all()
-            rate = FORWARDED[] - before
+            rate = WRITTEN[] - before
             if !BUFFERED[] && rate >= BUFFER_ON_BYTES
                 set_buffering!(true)
             elseif BUFFERED[] && rate < BUFFER_OFF_BYTES
@@ -195,6 +210,12 @@ end
 KernelStdio(pipe::IO, color::Bool) = KernelStdio(IOContext(pipe, :color => color))
 
 Base.pipe_writer(s::KernelStdio) = s.ctx.io
+# Counted for the buffering switch (flusher_loop): how fast Julia code prints.
+Base.write(s::KernelStdio, b::UInt8) = (WRITTEN[] += 1; write(s.ctx.io, b))
+function Base.unsafe_write(s::KernelStdio, p::Ptr{UInt8}, n::UInt)
+    WRITTEN[] += n
+    return unsafe_write(s.ctx.io, p, n)
+end
 Base.pipe_reader(s::KernelStdio) = s.ctx.io
 Base.lock(s::KernelStdio) = lock(s.ctx.io)
 Base.unlock(s::KernelStdio) = unlock(s.ctx.io)
@@ -231,17 +252,29 @@ function redirect_output!()
     # buffered for it so far (a -L file's println) goes there before the swap.
     quietly(() -> flush(stdout))
     DIAG[] = stdout
-    rd_out, wr_out = redirect_stdout()
-    fd = tryparse(Int, get(ENV, "JUTUL_JKERNEL_STDERR_FD", ""))
-    delete!(ENV, "JUTUL_JKERNEL_STDERR_FD")
-    if fd === nothing
-        rd_err, wr_err = redirect_stderr()
+    fd = tryparse(Int, get(ENV, "JUTUL_JKERNEL_STDOUT_FD", ""))
+    mark = get(ENV, "JUTUL_JKERNEL_MARK", "")
+    delete!(ENV, "JUTUL_JKERNEL_STDOUT_FD")
+    delete!(ENV, "JUTUL_JKERNEL_MARK")
+    if fd !== nothing && occursin(r"^[0-9a-f]{16}$", mark)
+        # The supervisor reads both pipes: fd 2 is one from the start, and `fd` is the write
+        # end of the other, moved onto fd 1 here (so start-up messages stayed in the log).
+        SUPERVISOR_READS[] = true
+        empty!(MARK)
+        append!(MARK, codeunits("\0\x1fJJK" * mark * "\x1f\0"))   # capture.py's marker_bytes
+        wr_out = Base.PipeEndpoint(RawFD(fd))
+        ccall(:fcntl, Cint, (Cint, Cint, Cint), fd, 2, 1)   # F_SETFD FD_CLOEXEC: fd 1 is enough
+        redirect_stdout(wr_out)
+        wr_err = stderr
+        # libuv opened both non-blocking: C's writes to a full pipe would fail and be lost.
+        # Blocking, every writer waits for the supervisor instead (as after any child process).
+        for w in (wr_out, wr_err)
+            ccall(:uv_stream_set_blocking, Cint, (Ptr{Cvoid}, Cint), w.handle, 1) == 0 ||
+                diag("could not make ", w, " blocking")
+        end
     else
-        # fd 2 already is a pipe the supervisor made, and `fd` its read end. The supervisor keeps
-        # a copy of that read end, so what Julia writes to fd 2 while dying (fatal signal
-        # reports, "fatal: error thrown ...") stays readable after the process is gone.
-        rd_err, wr_err = Base.PipeEndpoint(RawFD(fd)), stderr
-        ccall(:fcntl, Cint, (Cint, Cint, Cint), fd, 2, 1)   # F_SETFD FD_CLOEXEC: not for children
+        rd_out, wr_out = redirect_stdout()
+        rd_err, wr_err = redirect_stderr()
     end
     PIPES["stdout"] = wr_out
     PIPES["stderr"] = wr_err
@@ -251,6 +284,8 @@ function redirect_output!()
     Core.eval(Base, :(stderr = $(KernelStdio(wr_err, COLOR[]))))
     # The default logger captured the old stderr object: replace it.
     global_logger(ConsoleLogger(stderr))
-    @async pump(rd_out, "stdout")
-    @async pump(rd_err, "stderr")
+    if !SUPERVISOR_READS[]
+        @async pump(rd_out, "stdout")
+        @async pump(rd_err, "stderr")
+    end
 end

@@ -189,27 +189,33 @@ function evaluate(id::Int, code::String, name::String, named::Bool)
         e isa InterruptException && rethrow()
         diag("sending the result of ", id, " failed: ", sprint(showerror, e, catch_backtrace()))
         CURRENT[] = 0
+        # Carrying the last marker again releases output the supervisor may hold behind it.
         send_frame("RES", string(id, " err"), string("jutul-jkernel could not send this cell's ",
-                   "result: ", sprint(showerror, e)))
+                   "result: ", sprint(showerror, e)); mark = last_mark())
     end
 end
 
 function finish_evaluation(id::Int, status::String, text::String, rich, report)
     disable_sigint() do
-        drain_output()
+        mark = drain_output()   # the first frame below carries it: the output comes before
         set_buffering!(false)
         if report !== nothing
             ename, evalue, full = report
             send_frame("ERR", string(id), json(Dict("ename" => ename, "evalue" => capped(evalue),
-                                               "traceback" => split(capped(full), '\n'))))
+                                               "traceback" => split(capped(full), '\n')));
+                       mark = mark)
+            mark = 0
             text = full
         elseif rich !== nothing
             payload = json(Dict("data" => rich, "metadata" => Dict{String,Any}()))
-            length(payload) <= RICH_CAP && send_frame("VAL", string(id), payload)
+            if length(payload) <= RICH_CAP
+                send_frame("VAL", string(id), payload; mark = mark)
+                mark = 0
+            end
         end
         CURRENT[] = 0
         PENDING_INTERRUPT[] = false
-        send_frame("RES", string(id, " ", status), capped(text))
+        send_frame("RES", string(id, " ", status), capped(text); mark = mark)
     end
 end
 
@@ -237,7 +243,7 @@ function warm_up_steps()
     return Any[
         # jupyter console gives is_complete 1 s, and asks it as soon as the user presses Enter
         () -> answer_query("is_complete", "function f(x)", 0),
-        () -> (drain_output(); set_buffering!(true); set_buffering!(false)),
+        () -> (send_mark(drain_output()); set_buffering!(true); set_buffering!(false)),
         cell("1 + 1"),
         cell("error(\"e\")"),
         cell("throw(InterruptException())"),

@@ -29,6 +29,13 @@ function precompile_workload()
     precompile(send_frame, (String, String))
     precompile(send_frame, (String, String, String))
     precompile(send_frame, (String, String, Vector{UInt8}))
+    for P in (String, Vector{UInt8})   # with a marker: the keyword-argument method
+        precompile(Core.kwfunc(send_frame), (NamedTuple{(:mark,),Tuple{Int}}, typeof(send_frame),
+                                             String, String, P))
+    end
+    precompile(send_mark, (Int,))
+    precompile(Base.unsafe_write, (KernelStdio{Base.PipeEndpoint}, Ptr{UInt8}, UInt))
+    precompile(Base.write, (KernelStdio{Base.PipeEndpoint}, UInt8))
     precompile(json, (Dict{String,Any},))
     precompile(json, (Dict{String,String},))
 

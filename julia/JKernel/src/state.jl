@@ -36,7 +36,8 @@ const MARKS_SEEN = Dict("stdout" => 0, "stderr" => 0)
 const MARKS_SENT = Ref(0)
 const DRAINED = Condition()
 const DRAIN_DEADLINE = Ref(Inf)      # when the running drain gives up (see flusher_loop)
-const FORWARDED = Ref(0)               # output bytes forwarded, for the buffering switch
+const WRITTEN = Ref(0)                 # bytes Julia code wrote to stdout/stderr: buffering switch
+const SUPERVISOR_READS = Ref(false)    # the supervisor reads fd 1 and 2 (capture.jl)
 const BUFFERED = Ref(false)
 const QUIET_TICKS = Ref(0)
 const COLOR = Ref(false)               # Julia runs with --color=yes: stdout, stderr, tracebacks

@@ -16,9 +16,9 @@ function input_here(prompt::AbstractString, password::Bool)
     id == 0 && error("stdin can only be read while a cell runs")
     ch = Channel{Any}(1)
     server_section() do
-        drain_output()
+        mark = drain_output()
         INPUT_WAIT[] = ch
-        send_frame("INP", string(id, password ? " 1" : " 0"), String(prompt))
+        send_frame("INP", string(id, password ? " 1" : " 0"), String(prompt); mark = mark)
     end
     reply = try
         take!(ch)

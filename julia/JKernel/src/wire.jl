@@ -7,7 +7,11 @@
 # Julia -> Python
 #   RDY <token> 0                  handshake, always the first frame
 #   INF <n>                        JSON: julia_version, pid, threads, loaded_from (cache|source)
-#   OUT <stdout|stderr> <n>        live bytes written to fd 1 / fd 2 (Julia, C, child processes)
+#   OUT <stdout|stderr> <n>        live bytes written to fd 1 / fd 2 (Julia, C, child processes),
+#                                  only where the supervisor cannot read those pipes (Windows)
+#   MRK <m> <n>                    the payload is one whole frame (or nothing) that comes after
+#                                  output marker <m>: the supervisor reads fd 1 and fd 2 up to
+#                                  marker <m> before handling it (capture.jl, drain_output)
 #   DSP <id> <n>                   JSON: display_data or update_display_data of evaluation <id>
 #   CLR <id> <wait 0|1> 0          clear_output
 #   VAL <id> <n>                   JSON MIME bundle of the value, only when richer than text/plain
@@ -34,18 +38,24 @@
 #   SYN <seq> 0                    answered with ACK <seq>
 
 """
-    send_frame(kind, args, payload)
+    send_frame(kind, args, payload; mark = 0)
 
 Write one frame; `args` is the header's arguments as one string ("" for none). Strings keep this
-to one compiled specialization, which matters for start-up time.
+to one compiled specialization, which matters for start-up time. With a `mark` from
+`drain_output`, the frame goes inside `MRK <mark>`: the output written before it comes first.
 """
-function send_frame(kind::String, args::String, payload::AbstractVector{UInt8} = UInt8[])
+function send_frame(kind::String, args::String, payload::AbstractVector{UInt8} = UInt8[];
+                    mark::Int = 0)
     io = IOBuffer()
     write(io, kind)
     isempty(args) || write(io, ' ', args)
     write(io, ' ', string(length(payload)), '\n')
     write(io, payload)
     buf = take!(io)
+    if mark > 0
+        # One frame inside MRK, so that no other task's frame can come between the two.
+        buf = vcat(codeunits(string("MRK ", mark, " ", length(buf), "\n")), buf)
+    end
     # One write call submits the whole frame to libuv, so frames from different tasks never
     # interleave; SIGINT is deferred so it cannot abandon a half-submitted write.
     disable_sigint() do
@@ -61,7 +71,11 @@ function send_frame(kind::String, args::String, payload::AbstractVector{UInt8} =
     end
     return nothing
 end
-send_frame(kind::String, args::String, payload::String) = send_frame(kind, args, codeunits(payload))
+send_frame(kind::String, args::String, payload::String; mark::Int = 0) =
+    send_frame(kind, args, codeunits(payload); mark = mark)
+
+"""A marker with no frame to carry (see drain_output): the supervisor still counts it."""
+send_mark(mark::Int) = mark > 0 && send_frame("MRK", string(mark))
 
 protocol_failure(msg) = (diag("protocol error: ", msg, "; closing the connection"); exit(86))
 

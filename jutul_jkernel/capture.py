@@ -1,0 +1,229 @@
+"""The reading end of Julia's fd 1 and fd 2: two pipes the supervisor makes and reads itself.
+
+Julia's prints, C libraries and child processes all write to fd 1 and fd 2. Julia cannot drain
+those pipes itself: a reader task runs on the same thread as the writer, so a C library that
+prints more than a pipe holds in one call, or any print flood once the pipe is blocking, stops
+the thread for good. (Every child process makes it blocking: libuv sets a child's stdio
+blocking, and parent and child share the pipe's open file description.) Read here, a writer
+only ever waits for this process, which reads until the kernel asks it to pause for IOPub.
+
+Order with the socket: before a frame that must follow a cell's output (its result, a display,
+an input request), Julia writes a marker into both pipes and sends that frame inside
+``MRK <n>``. The supervisor handles the inner frame once both streams have passed marker n, and
+holds back what either stream wrote after marker n until then, so output printed before a
+display comes before it and output printed after comes after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import secrets
+from collections.abc import Callable
+
+# Read up to this much per wake-up; the pipes are enlarged to it where Linux allows (fewer
+# wake-ups for a flood, and a C library blocks later).
+_PIPE_BYTES = 1024 * 1024
+STREAMS = ("stdout", "stderr")
+# While paused, a wait for a marker reads this often.
+_PAUSED_POLL = 0.05
+
+
+def new_marker() -> str:
+    """A marker for one Julia process, as the hex digits Julia wraps into its marker bytes."""
+    return secrets.token_hex(8)
+
+
+def marker_bytes(hex_digits: str) -> bytes:
+    """The bytes Julia writes (julia/JKernel/src/capture.jl builds the same)."""
+    return b"\0\x1fJJK" + hex_digits.encode("ascii") + b"\x1f\0"
+
+
+def make_pipe() -> tuple[int, int]:
+    """A pipe (read end non-blocking, for the event loop), enlarged where possible."""
+    r, w = os.pipe()
+    with contextlib.suppress(OSError, AttributeError):  # not Linux, or over the user's quota
+        fcntl.fcntl(r, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)  # type: ignore[attr-defined]
+    os.set_blocking(r, False)
+    return r, w
+
+
+class _Stream:
+    """One pipe: bytes split at markers, each piece tagged with how many markers precede it."""
+
+    def __init__(self, name: str, fd: int, marker: bytes) -> None:
+        self.name = name
+        self.fd = fd
+        self.marker = marker
+        self.seen = 0  # markers read so far
+        self.eof = False
+        self.tail = b""  # may be the start of a marker: kept until the next read
+        self.held: list[tuple[int, bytes]] = []  # (markers before it, bytes) not yet released
+
+    def split(self, data: bytes) -> list[tuple[int, bytes]]:
+        """Cut ``data`` (appended to the kept tail) into pieces; count the markers in it."""
+        buf = self.tail + data
+        self.tail = b""
+        pieces = []
+        while (i := buf.find(self.marker)) >= 0:
+            if i:
+                pieces.append((self.seen, buf[:i]))
+            self.seen += 1
+            buf = buf[i + len(self.marker) :]
+        # Keep a tail that could be a marker's first bytes (a marker starts with NUL).
+        cut = len(buf)
+        start = buf.find(b"\0", max(0, len(buf) - len(self.marker) + 1))
+        while start >= 0:
+            if self.marker.startswith(buf[start:]):
+                cut = start
+                break
+            start = buf.find(b"\0", start + 1)
+        if cut:
+            pieces.append((self.seen, buf[:cut]))
+        self.tail = buf[cut:]
+        return pieces
+
+
+class OutputPipes:
+    """Read Julia's stdout and stderr pipes in the event loop and pass the bytes on in order.
+
+    ``deliver(stream, data)`` gets every byte once, markers removed, in the order each stream
+    wrote them, and never a byte written after marker n before ``release(n)``.
+    """
+
+    def __init__(
+        self, fds: dict[str, int], marker: bytes, deliver: Callable[[str, bytes], None]
+    ) -> None:
+        self._streams = [_Stream(name, fds[name], marker) for name in STREAMS]
+        self._deliver = deliver
+        self._released = 0
+        self._paused = False
+        self._reading = False
+        self._changed: asyncio.Event | None = None
+
+    def start(self) -> None:
+        """Start reading (in the running event loop)."""
+        self._changed = asyncio.Event()
+        self._reading = True
+        self._add_readers()
+
+    def pause(self) -> None:
+        """Stop reading for now: Julia's writers then wait once the pipes are full."""
+        if not self._paused:
+            self._paused = True
+            self._remove_readers()
+
+    def resume(self) -> None:
+        if self._paused:
+            self._paused = False
+            self._add_readers()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    async def passed(self, n: int, timeout: float) -> bool:
+        """Wait until both streams have been read past marker ``n`` (or ended); whether they did.
+
+        Reads even while paused: Julia's writers wait for the marker to get through.
+        """
+        assert self._changed is not None
+        loop = asyncio.get_running_loop()
+        until = loop.time() + timeout
+        while not all(s.seen >= n or s.eof for s in self._streams):
+            self._changed.clear()
+            left = until - loop.time()
+            if left <= 0:
+                return False
+            if self._paused:
+                # The kernel paused reading for IOPub, but the marker is behind those bytes.
+                for s in self._streams:
+                    self._read(s)
+                continue_after = min(left, _PAUSED_POLL)
+            else:
+                continue_after = left
+            with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), continue_after)
+        return True
+
+    def release(self, n: int) -> None:
+        """Pass on what the streams wrote after marker ``n``: the frame it ordered was handled."""
+        self._released = max(self._released, n)
+        for s in self._streams:
+            while s.held and s.held[0][0] <= self._released:
+                _, data = s.held.pop(0)
+                self._deliver(s.name, data)
+
+    def skip(self, n: int) -> None:
+        """Count marker ``n`` as passed on both streams though it never came (a lost marker)."""
+        for s in self._streams:
+            s.seen = max(s.seen, n)
+
+    def drain(self) -> dict[str, bytes]:
+        """Stop reading; return what is still in the pipes or held (after Julia died)."""
+        self._remove_readers()
+        self._reading = False
+        left: dict[str, bytes] = {}
+        for s in self._streams:
+            chunks = [data for _, data in s.held]
+            s.held.clear()
+            with contextlib.suppress(OSError):
+                while data := os.read(s.fd, _PIPE_BYTES):
+                    chunks.extend(piece for _, piece in s.split(data))
+            chunks.append(s.tail)
+            s.tail = b""
+            left[s.name] = b"".join(chunks)
+        return left
+
+    def close(self) -> None:
+        self._remove_readers()
+        self._reading = False
+        for s in self._streams:
+            if s.fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(s.fd)
+                s.fd = -1
+
+    # ---- reading ----
+
+    def _add_readers(self) -> None:
+        if not self._reading:
+            return
+        loop = asyncio.get_running_loop()
+        for s in self._streams:
+            if not s.eof and s.fd >= 0:
+                loop.add_reader(s.fd, self._read, s)
+
+    def _remove_readers(self) -> None:
+        with contextlib.suppress(RuntimeError):  # no running loop: nothing was added
+            loop = asyncio.get_running_loop()
+            for s in self._streams:
+                if s.fd >= 0:
+                    loop.remove_reader(s.fd)
+
+    def _read(self, s: _Stream) -> None:
+        try:
+            data = os.read(s.fd, _PIPE_BYTES)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            # Julia and every child holding the write end are gone.
+            s.eof = True
+            with contextlib.suppress(RuntimeError):
+                asyncio.get_running_loop().remove_reader(s.fd)
+        before = s.seen
+        pieces = s.split(data)
+        if s.eof and s.tail:  # no marker can follow: what looked like its start is output
+            pieces.append((s.seen, s.tail))
+            s.tail = b""
+        for markers, piece in pieces:
+            if s.held or markers > self._released:
+                s.held.append((markers, piece))
+            else:
+                self._deliver(s.name, piece)
+        if (s.seen != before or s.eof) and self._changed is not None:
+            self._changed.set()
