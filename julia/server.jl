@@ -139,7 +139,8 @@ let script = @__FILE__,
                 " is not writable, so nothing is compiled")
         else
             say("loading JKernel from source: ", problem, "; compiling it for the next start")
-            # Its output goes to Julia's log (stdout here); fd 2 is a pipe the server forwards.
+            # Its output goes to Julia's log (stdout here), not to fd 2, which the supervisor
+            # reads as the cells' stderr.
             compile = `$(Base.julia_cmd()) --startup-file=no $script --precompile`
             run(pipeline(compile; stdin = devnull, stdout = stdout, stderr = stdout); wait = false)
         end

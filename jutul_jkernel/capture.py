@@ -11,7 +11,8 @@ Order with the socket: before a frame that must follow a cell's output (its resu
 an input request), Julia writes a marker into both pipes and sends that frame inside
 ``MRK <n>``. The supervisor handles the inner frame once both streams have passed marker n, and
 holds back what either stream wrote after marker n until then, so output printed before a
-display comes before it and output printed after comes after.
+display comes before it and output printed after comes after. Julia's own `stderr` travels in
+the stdout pipe between two markers, so that its prints to stdout and stderr keep their order.
 """
 
 from __future__ import annotations
@@ -32,13 +33,20 @@ _PAUSED_POLL = 0.05
 
 
 def new_marker() -> str:
-    """A marker for one Julia process, as the hex digits Julia wraps into its marker bytes."""
+    """A marker for one Julia process, as the hex digits Julia puts into its marker bytes."""
     return secrets.token_hex(8)
 
 
-def marker_bytes(hex_digits: str) -> bytes:
-    """The bytes Julia writes (julia/JKernel/src/capture.jl builds the same)."""
-    return b"\0\x1fJJK" + hex_digits.encode("ascii") + b"\x1f\0"
+# Every marker is this prefix (with the process's hex digits) and a two-byte code. The codes
+# are read in julia/JKernel/src/capture.jl too: change both or neither.
+DRAIN = b"\x1f\0"  # drain marker: a frame inside MRK <n> follows what came before the n-th
+TO_STDERR = b"e\0"  # on the stdout pipe: what follows is Julia's stderr ...
+TO_STDOUT = b"o\0"  # ... and from here on stdout again
+_CODES = (DRAIN, TO_STDERR, TO_STDOUT)
+
+
+def marker_prefix(hex_digits: str) -> bytes:
+    return b"\0\x1fJJK" + hex_digits.encode("ascii")
 
 
 def make_pipe() -> tuple[int, int]:
@@ -50,39 +58,67 @@ def make_pipe() -> tuple[int, int]:
     return r, w
 
 
-class _Stream:
-    """One pipe: bytes split at markers, each piece tagged with how many markers precede it."""
+Piece = tuple[int, str, bytes]  # (drain markers before it, stream, bytes)
 
-    def __init__(self, name: str, fd: int, marker: bytes) -> None:
+
+class _Stream:
+    """One pipe: bytes split at markers, each piece tagged with its stream and with how many
+    drain markers precede it.
+
+    Julia writes its `stderr` into the stdout pipe between TO_STDERR and TO_STDOUT, so that
+    its prints to the two keep their order (two pipes are read in no particular order); the
+    stderr pipe carries what C and child processes write to fd 2.
+    """
+
+    def __init__(self, name: str, fd: int, prefix: bytes) -> None:
         self.name = name
         self.fd = fd
-        self.marker = marker
-        self.seen = 0  # markers read so far
+        self.prefix = prefix
+        self.current = name  # the stream the next bytes belong to
+        self.seen = 0  # drain markers read so far
         self.eof = False
         self.tail = b""  # may be the start of a marker: kept until the next read
-        self.held: list[tuple[int, bytes]] = []  # (markers before it, bytes) not yet released
+        self.held: list[Piece] = []  # read after a marker not yet released
 
-    def split(self, data: bytes) -> list[tuple[int, bytes]]:
-        """Cut ``data`` (appended to the kept tail) into pieces; count the markers in it."""
+    def split(self, data: bytes) -> list[Piece]:
+        """Cut ``data`` (after the kept tail) into pieces at its markers."""
         buf = self.tail + data
         self.tail = b""
-        pieces = []
-        while (i := buf.find(self.marker)) >= 0:
-            if i:
-                pieces.append((self.seen, buf[:i]))
-            self.seen += 1
-            buf = buf[i + len(self.marker) :]
-        # Keep a tail that could be a marker's first bytes (a marker starts with NUL).
-        cut = len(buf)
-        start = buf.find(b"\0", max(0, len(buf) - len(self.marker) + 1))
+        pieces: list[Piece] = []
+
+        def emit(chunk: bytes) -> None:
+            if chunk:
+                pieces.append((self.seen, self.current, chunk))
+
+        whole = len(self.prefix) + 2
+        pos = 0
+        while (i := buf.find(self.prefix, pos)) >= 0:
+            if i + whole > len(buf):  # its code has not arrived yet
+                emit(buf[pos:i])
+                self.tail = buf[i:]
+                return pieces
+            code = buf[i + len(self.prefix) : i + whole]
+            if code not in _CODES:  # output that only looks like a marker's start
+                emit(buf[pos : i + 1])
+                pos = i + 1
+                continue
+            emit(buf[pos:i])
+            if code == DRAIN:
+                self.seen += 1
+            else:
+                self.current = "stderr" if code == TO_STDERR else "stdout"
+            pos = i + whole
+        # Keep a tail that could be the start of a marker (which starts with NUL).
+        rest = buf[pos:]
+        cut = len(rest)
+        start = rest.find(b"\0", max(0, len(rest) - len(self.prefix) + 1))
         while start >= 0:
-            if self.marker.startswith(buf[start:]):
+            if self.prefix.startswith(rest[start:]):
                 cut = start
                 break
-            start = buf.find(b"\0", start + 1)
-        if cut:
-            pieces.append((self.seen, buf[:cut]))
-        self.tail = buf[cut:]
+            start = rest.find(b"\0", start + 1)
+        emit(rest[:cut])
+        self.tail = rest[cut:]
         return pieces
 
 
@@ -94,9 +130,9 @@ class OutputPipes:
     """
 
     def __init__(
-        self, fds: dict[str, int], marker: bytes, deliver: Callable[[str, bytes], None]
+        self, fds: dict[str, int], prefix: bytes, deliver: Callable[[str, bytes], None]
     ) -> None:
-        self._streams = [_Stream(name, fds[name], marker) for name in STREAMS]
+        self._streams = [_Stream(name, fds[name], prefix) for name in STREAMS]
         self._deliver = deliver
         self._released = 0
         self._paused = False
@@ -153,8 +189,8 @@ class OutputPipes:
         self._released = max(self._released, n)
         for s in self._streams:
             while s.held and s.held[0][0] <= self._released:
-                _, data = s.held.pop(0)
-                self._deliver(s.name, data)
+                _, name, data = s.held.pop(0)
+                self._deliver(name, data)
 
     def skip(self, n: int) -> None:
         """Count marker ``n`` as passed on both streams though it never came (a lost marker)."""
@@ -162,19 +198,21 @@ class OutputPipes:
             s.seen = max(s.seen, n)
 
     def drain(self) -> dict[str, bytes]:
-        """Stop reading; return what is still in the pipes or held (after Julia died)."""
+        """Stop reading; return what is still in the pipes or held, per stream (after Julia
+        died)."""
         self._remove_readers()
         self._reading = False
-        left: dict[str, bytes] = {}
+        left: dict[str, bytes] = {name: b"" for name in STREAMS}
         for s in self._streams:
-            chunks = [data for _, data in s.held]
+            pieces = list(s.held)
             s.held.clear()
             with contextlib.suppress(OSError):
                 while data := os.read(s.fd, _PIPE_BYTES):
-                    chunks.extend(piece for _, piece in s.split(data))
-            chunks.append(s.tail)
+                    pieces.extend(s.split(data))
+            pieces.append((s.seen, s.current, s.tail))
             s.tail = b""
-            left[s.name] = b"".join(chunks)
+            for _, name, data in pieces:
+                left[name] += data
         return left
 
     def close(self) -> None:
@@ -218,12 +256,12 @@ class OutputPipes:
         before = s.seen
         pieces = s.split(data)
         if s.eof and s.tail:  # no marker can follow: what looked like its start is output
-            pieces.append((s.seen, s.tail))
+            pieces.append((s.seen, s.current, s.tail))
             s.tail = b""
-        for markers, piece in pieces:
-            if s.held or markers > self._released:
-                s.held.append((markers, piece))
+        for piece in pieces:
+            if s.held or piece[0] > self._released:
+                s.held.append(piece)
             else:
-                self._deliver(s.name, piece)
+                self._deliver(piece[1], piece[2])
         if (s.seen != before or s.eof) and self._changed is not None:
             self._changed.set()

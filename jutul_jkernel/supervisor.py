@@ -40,7 +40,7 @@ from typing import Any, Literal
 import psutil
 
 from . import _resources
-from .capture import OutputPipes, make_pipe, marker_bytes, new_marker
+from .capture import OutputPipes, make_pipe, marker_prefix, new_marker
 from .protocol import Decoder, Frame, FrameKind, ProtocolError, encode, inner_frame
 
 log = logging.getLogger(__name__)
@@ -247,7 +247,7 @@ class _Launch:
     token: str
     log_path: Path
     pipe_fds: dict[str, int] | None  # read ends of Julia's fd 1 and fd 2 (POSIX)
-    marker: bytes
+    marker: bytes  # the prefix of its output markers (capture.py)
     settings: tuple[Any, ...]
 
     def discard(self) -> None:
@@ -708,7 +708,7 @@ class JuliaSupervisor:
             for write_end in ours:
                 os.close(write_end)
         return _Launch(
-            popen, listener, token, log_path, pipe_fds, marker_bytes(marker), self._settings()
+            popen, listener, token, log_path, pipe_fds, marker_prefix(marker), self._settings()
         )
 
     def _settings(self) -> tuple[Any, ...]:

@@ -469,8 +469,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M44",
         "output written after a marker waits until the frame the marker orders was handled",
-        (Edit(CAP, "if s.held or markers > self._released:", "if s.held:"),),
+        (Edit(CAP, "if s.held or piece[0] > self._released:", "if s.held:"),),
         (f"{SJ}::test_output_keeps_its_place_around_displays", "tests/test_capture.py"),
+    ),
+    Mutant(
+        "M46",
+        "Julia's prints to stdout and stderr keep their order (stderr rides in the stdout pipe)",
+        (Edit(JK_CAPTURE, "tagged(s::KernelStdio) = s.err && SUPERVISOR_READS[]", "tagged(s::KernelStdio) = false"),),
+        (f"{SJ}::test_stdout_and_stderr_keep_their_order",),
     ),
     Mutant(
         "M45",

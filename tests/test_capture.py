@@ -12,33 +12,73 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jutul_jkernel.capture import OutputPipes, _Stream, make_pipe, marker_bytes, new_marker
+from jutul_jkernel.capture import (
+    DRAIN,
+    TO_STDERR,
+    TO_STDOUT,
+    OutputPipes,
+    Piece,
+    _Stream,
+    make_pipe,
+    marker_prefix,
+    new_marker,
+)
 
-MARK = marker_bytes(new_marker())
+PREFIX = marker_prefix(new_marker())
+MARK, TO_ERR, TO_OUT = PREFIX + DRAIN, PREFIX + TO_STDERR, PREFIX + TO_STDOUT
+# NUL bytes and a marker's first bytes, as output (its random rest no output can know)
+NASTY = st.sampled_from([b"\0", b"\0\x1f", PREFIX[:6], PREFIX, b"x\0"])
+
+
+def _read(stream: bytes, cuts: list[int]) -> list[Piece]:
+    """What a _Stream makes of ``stream`` read in the chunks ``cuts`` gives, merged per
+    (markers, stream), the kept tail counted as output at the end."""
+    s = _Stream("stdout", -1, PREFIX)
+    pieces: list[Piece] = []
+    bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        pieces.extend(s.split(stream[a:b]))
+    pieces.append((s.seen, s.current, s.tail))
+    merged: list[Piece] = []
+    for m, name, data in pieces:
+        if merged and merged[-1][:2] == (m, name):
+            merged[-1] = (m, name, merged[-1][2] + data)
+        elif data:
+            merged.append((m, name, data))
+    return merged
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    pieces=st.lists(
-        # NUL bytes and a marker's first bytes, as output (the random rest no output can know)
-        st.one_of(st.binary(max_size=40), st.sampled_from([b"\0", b"\0\x1f", MARK[:6], b"x\0"])),
-        max_size=8,
+    writes=st.lists(
+        st.tuples(
+            st.sampled_from(["stdout", "stderr", "marker"]),
+            st.one_of(st.binary(min_size=1, max_size=40), NASTY),
+        ),
+        max_size=10,
     ),
-    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=6),
+    cuts=st.lists(st.integers(min_value=0, max_value=600), max_size=8),
 )
-def test_markers_are_found_across_any_chunking(pieces: list[bytes], cuts: list[int]) -> None:
-    """Output with markers between the pieces, read in any chunks: the same bytes, each piece
-    tagged with the markers before it, NUL bytes of the output kept."""
-    stream = MARK.join(pieces)
-    s = _Stream("stdout", -1, MARK)
-    got: dict[int, bytes] = {}
-    bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
-    for a, b in zip(bounds, bounds[1:], strict=False):
-        for markers, data in s.split(stream[a:b]):
-            got[markers] = got.get(markers, b"") + data
-    got[s.seen] = got.get(s.seen, b"") + s.tail  # the end: a kept tail is output after all
-    assert s.seen == max(0, len(pieces) - 1)
-    assert [got.get(i, b"") for i in range(len(pieces))] == pieces
+def test_the_stdout_pipe_splits_back_into_what_was_written(
+    writes: list[tuple[str, bytes]], cuts: list[int]
+) -> None:
+    """Julia's prints to stdout and stderr (the latter between TO_STDERR and TO_STDOUT) and
+    drain markers, read in any chunks: the same bytes, on the same stream, after the same
+    number of markers, NUL bytes of the output kept."""
+    stream = b""
+    want: list[Piece] = []
+    markers = 0
+    for kind, data in writes:
+        if kind == "marker":
+            stream += MARK
+            markers += 1
+            continue
+        stream += TO_ERR + data + TO_OUT if kind == "stderr" else data
+        if want and want[-1][:2] == (markers, kind):
+            want[-1] = (markers, kind, want[-1][2] + data)
+        else:
+            want.append((markers, kind, data))
+    assert _read(stream, cuts) == want
 
 
 def test_output_after_a_marker_waits_for_its_release() -> None:
@@ -49,13 +89,13 @@ def test_output_after_a_marker_waits_for_its_release() -> None:
         out_r, out_w = make_pipe()
         err_r, err_w = make_pipe()
         seen: list[tuple[str, bytes]] = []
-        pipes = OutputPipes({"stdout": out_r, "stderr": err_r}, MARK, lambda n, d: seen.append((n, d)))
+        pipes = OutputPipes({"stdout": out_r, "stderr": err_r}, PREFIX, lambda n, d: seen.append((n, d)))
         pipes.start()
         try:
-            os.write(out_w, b"before" + MARK + b"after")
+            os.write(out_w, b"before" + TO_ERR + b"e" + TO_OUT + MARK + b"after")
             os.write(err_w, b"err" + MARK)
             assert await pipes.passed(1, 5.0)
-            assert seen == [("stdout", b"before"), ("stderr", b"err")]
+            assert seen == [("stdout", b"before"), ("stderr", b"e"), ("stderr", b"err")]
             assert not await pipes.passed(2, 0.2)  # no second marker yet
             pipes.release(1)
             assert seen[-1] == ("stdout", b"after")
@@ -82,7 +122,7 @@ def test_a_paused_reader_still_reads_up_to_a_marker() -> None:
     async def run() -> bool:
         out_r, out_w = make_pipe()
         err_r, err_w = make_pipe()
-        pipes = OutputPipes({"stdout": out_r, "stderr": err_r}, MARK, lambda n, d: None)
+        pipes = OutputPipes({"stdout": out_r, "stderr": err_r}, PREFIX, lambda n, d: None)
         pipes.start()
         try:
             pipes.pause()

@@ -244,6 +244,24 @@ async def test_c_output_larger_than_a_pipe_arrives_whole() -> None:
             assert set(lines) == {"c flood line, c flood line"}
 
 
+async def test_stdout_and_stderr_keep_their_order(julia: JuliaSupervisor, output: Output) -> None:
+    """Prints to stdout and stderr, alternating, arrive in the order the cell made them (the
+    supervisor reads two pipes, in no particular order of its own)."""
+    code = "for i in 1:300; println(i); println(stderr, -i); end; @warn \"done\""
+    r = await run(julia, code, output)
+    assert r.status == "ok"
+    runs: list[tuple[str, bytes]] = []  # consecutive chunks of one stream, joined
+    for name, data in output.chunks:
+        if runs and runs[-1][0] == name:
+            runs[-1] = (name, runs[-1][1] + data)
+        else:
+            runs.append((name, data))
+    got = [(name, line) for name, data in runs for line in data.decode().splitlines()]
+    want = [(name, str(k * i)) for i in range(1, 301) for name, k in (("stdout", 1), ("stderr", -1))]
+    assert got[: len(want)] == want
+    assert got[len(want)][0] == "stderr" and "Warning: done" in got[len(want)][1]
+
+
 async def test_output_keeps_its_place_around_displays(julia: JuliaSupervisor) -> None:
     """Output printed before a display comes before it, and output printed after comes after,
     even when a pipe read holds both sides of it."""

@@ -11,7 +11,7 @@ What a notebook cell can call (as `JKernel.name`; `In`, `Out` and `IJulia` are i
 `input(prompt; password)`, and IJulia's notebook API through `IJulia` (see `ijulia.jl`).
 
 The files, in load order: `state.jl` (limits and all server state), `helpers.jl`, `wire.jl`
-(frames), `capture.jl` (fd pipes, pumps, drain markers), `display.jl`, `progress.jl`,
+(frames), `capture.jl` (fd 1 and 2, drain markers, write buffering), `display.jl`, `progress.jl`,
 `stdin.jl`, `repl.jl` (cell semantics and REPL modes), `ijulia.jl` (the IJulia shim),
 `eval.jl` (evaluation, interrupts, warm-up), `queries.jl` (complete, inspect, is_complete),
 `startup_file.jl`, `distributed.jl` (workers on other hosts), `main.jl` (start-up), and

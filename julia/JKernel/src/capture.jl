@@ -196,9 +196,9 @@ function line_buffer_c_stdout!()
 end
 
 """
-    KernelStdio(pipe, color)
+    KernelStdio(pipe, color, err=false)
 
-What user code sees as `stdout` / `stderr`: the pipe the pump reads, plus the IOContext
+What user code sees as `stdout` / `stderr`: the pipe fd 1 or fd 2 is, plus the IOContext
 property a terminal would give it (`:color`), so `printstyled`, the logging macros and
 `showerror(stderr, ...)` colour their output as in the REPL and IJulia (which wraps its streams
 the same way, src/stdio.jl). An `AbstractPipe`, so writes, `flush` and child processes go to
@@ -206,16 +206,34 @@ the pipe itself, and `redirect_stdout(old)` after a user's own redirect restores
 """
 struct KernelStdio{T<:IO} <: Base.AbstractPipe
     ctx::IOContext{T}
+    err::Bool
 end
-KernelStdio(pipe::IO, color::Bool) = KernelStdio(IOContext(pipe, :color => color))
+KernelStdio(pipe::IO, color::Bool, err::Bool = false) =
+    KernelStdio(IOContext(pipe, :color => color), err)
 
 Base.pipe_writer(s::KernelStdio) = s.ctx.io
-# Counted for the buffering switch (flusher_loop): how fast Julia code prints.
-Base.write(s::KernelStdio, b::UInt8) = (WRITTEN[] += 1; write(s.ctx.io, b))
+
+# Julia's `stderr` travels in the stdout pipe, between TO_STDERR and TO_STDOUT, when the
+# supervisor reads the pipes: it reads two pipes in no particular order, and a cell's prints to
+# stdout and stderr must keep theirs. fd 2 itself (C, child processes: `pipe_writer`) stays
+# the stderr pipe.
+tagged(s::KernelStdio) = s.err && SUPERVISOR_READS[]
+
+# Writes are counted for the buffering switch (flusher_loop): how fast Julia code prints.
 function Base.unsafe_write(s::KernelStdio, p::Ptr{UInt8}, n::UInt)
     WRITTEN[] += n
-    return unsafe_write(s.ctx.io, p, n)
+    tagged(s) || return unsafe_write(s.ctx.io, p, n)
+    a, b = length(TO_STDERR), length(TO_STDOUT)
+    buf = Vector{UInt8}(undef, a + n + b)   # one write: no other task's output comes between
+    copyto!(buf, 1, TO_STDERR, 1, a)
+    GC.@preserve buf unsafe_copyto!(pointer(buf, a + 1), p, n)
+    copyto!(buf, a + n + 1, TO_STDOUT, 1, b)
+    write(PIPES["stdout"], buf)
+    return Int(n)
 end
+Base.write(s::KernelStdio, b::UInt8) =
+    tagged(s) ? write(s, UInt8[b]) : (WRITTEN[] += 1; write(s.ctx.io, b))
+Base.flush(s::KernelStdio) = (tagged(s) && flush(PIPES["stdout"]); flush(s.ctx.io))
 Base.pipe_reader(s::KernelStdio) = s.ctx.io
 Base.lock(s::KernelStdio) = lock(s.ctx.io)
 Base.unlock(s::KernelStdio) = unlock(s.ctx.io)
@@ -260,8 +278,11 @@ function redirect_output!()
         # The supervisor reads both pipes: fd 2 is one from the start, and `fd` is the write
         # end of the other, moved onto fd 1 here (so start-up messages stayed in the log).
         SUPERVISOR_READS[] = true
-        empty!(MARK)
-        append!(MARK, codeunits("\0\x1fJJK" * mark * "\x1f\0"))   # capture.py's marker_bytes
+        # The codes after the prefix are capture.py's DRAIN, TO_STDERR and TO_STDOUT.
+        prefix = "\0\x1fJJK" * mark
+        append!(empty!(MARK), codeunits(prefix * "\x1f\0"))
+        append!(empty!(TO_STDERR), codeunits(prefix * "e\0"))
+        append!(empty!(TO_STDOUT), codeunits(prefix * "o\0"))
         wr_out = Base.PipeEndpoint(RawFD(fd))
         ccall(:fcntl, Cint, (Cint, Cint, Cint), fd, 2, 1)   # F_SETFD FD_CLOEXEC: fd 1 is enough
         redirect_stdout(wr_out)
@@ -281,7 +302,7 @@ function redirect_output!()
     line_buffer_c_stdout!()
     # Only the Julia objects change: fd 1 and 2 (C, child processes) already are the pipes.
     Core.eval(Base, :(stdout = $(KernelStdio(wr_out, COLOR[]))))
-    Core.eval(Base, :(stderr = $(KernelStdio(wr_err, COLOR[]))))
+    Core.eval(Base, :(stderr = $(KernelStdio(wr_err, COLOR[], true))))
     # The default logger captured the old stderr object: replace it.
     global_logger(ConsoleLogger(stderr))
     if !SUPERVISOR_READS[]
