@@ -57,6 +57,7 @@ SUP = "jutul_jkernel/supervisor.py"
 KER = "jutul_jkernel/kernel.py"
 # The Julia side: the launcher and the JKernel package's files (julia/JKernel/src/).
 LAUNCHER = "julia/server.jl"
+LAUNCHER_REST = "julia/launcher.jl"
 JK_MAIN = "julia/JKernel/src/main.jl"
 JK_WIRE = "julia/JKernel/src/wire.jl"
 JK_HELPERS = "julia/JKernel/src/helpers.jl"
@@ -369,20 +370,27 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M31",
         "a fresh compile cache is what the kernel loads",
-        (Edit(LAUNCHER, 'problem = opted_out ? "JUTUL_JKERNEL_PRECOMPILED=no" : cache_problem()',
-              'problem = "mutant M31"'),),
+        (
+            Edit(LAUNCHER, "Base.require(pkg) Base.root_module(pkg)", "nothing  # mutant M31"),
+            Edit(LAUNCHER_REST, 'problem = opted_out ? "JUTUL_JKERNEL_PRECOMPILED=no" : cache_problem()',
+                 'problem = "mutant M31"'),
+        ),
         (f"{PC}::test_a_fresh_cache_is_loaded",),
     ),
     Mutant(
         "M32",
         "a cache older than a source file is not loaded (Julia's staleness check decides)",
-        (Edit(LAUNCHER, "fresh && return \"\"", "return \"\"  # mutant M32"),),
+        (
+            Edit(LAUNCHER, "any(f -> Base.stale_cachefile(entry, f) !== true, "
+                 "Base.find_all_in_cache_path(pkg))", "true  # mutant M32"),
+            Edit(LAUNCHER_REST, "fresh && return \"\"", "return \"\"  # mutant M32"),
+        ),
         (f"{PC}::test_a_changed_source_loads_from_source_and_recompiles",),
     ),
     Mutant(
         "M33",
         "a stale cache is compiled again by itself, for the next start",
-        (Edit(LAUNCHER, "run(pipeline(compile; stdin = devnull, stdout = stdout, stderr = stdout);"
+        (Edit(LAUNCHER_REST, "run(pipeline(compile; stdin = devnull, stdout = stdout, stderr = stdout);"
               " wait = false)", "nothing  # mutant M33"),),
         (f"{PC}::test_a_changed_source_loads_from_source_and_recompiles",),
     ),
@@ -395,7 +403,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M35",
         "an unwritable cache directory means source, said once, and no compile attempt",
-        (Edit(LAUNCHER, "elseif !writable(depot)", "elseif false  # mutant M35"),),
+        (Edit(LAUNCHER_REST, "elseif !writable(depot)", "elseif false  # mutant M35"),),
         (f"{PC}::test_an_unwritable_cache_directory_loads_from_source",),
     ),
     Mutant(

@@ -1,0 +1,125 @@
+# launcher.jl: the part of server.jl's start that the common case never needs. server.jl
+# includes it (into its anonymous module) when JKernel's compile cache cannot be loaded as it
+# is, and for `server.jl --precompile`; its value is the JKernel module to serve with.
+#
+# It says why the cache was not used (one line in Julia's log), compiles it beside this kernel
+# for the next start, and loads the source meanwhile; see server.jl's header for the cache.
+
+# `pkg`, `pkg_dir`, `entry` and `depot` are the globals server.jl set.
+let script = joinpath(@__DIR__, "server.jl"),
+    precompiling = ARGS == ["--precompile"]
+
+    say(msg...) = (println(stdout, "jutul-jkernel server: ", msg...); flush(stdout))
+
+    # Run f with this directory first on LOAD_PATH (and @stdlib for the dependencies, whatever
+    # the user's JULIA_LOAD_PATH) and the cache depot first in DEPOT_PATH; restore both.
+    function with_package(f)
+        load_path, depot_path = copy(LOAD_PATH), copy(DEPOT_PATH)
+        try
+            prepend!(empty!(LOAD_PATH), [dirname(script), "@stdlib"])
+            pushfirst!(DEPOT_PATH, depot)
+            return f()
+        finally
+            append!(empty!(LOAD_PATH), load_path)
+            append!(empty!(DEPOT_PATH), depot_path)
+        end
+    end
+
+    writable(dir) = try
+        mkpath(dir)
+        probe = tempname(dir)
+        touch(probe)
+        rm(probe)
+        true
+    catch
+        false
+    end
+
+    # Why the cache cannot be used, or nothing when it can. Julia's own check decides:
+    # Base.isprecompiled(pkg; sourcepath) on 1.10+ (base/loading.jl, "compat: Julia 1.10";
+    # read in JuliaLang/julia at ad0620f) or stale_cachefile(modpath, cachefile) over every
+    # cache file on 1.5-1.9 (base/loading.jl of 1.5.3: `true` means stale). Both say why only
+    # through @debug, which a SimpleLogger at Debug level catches for the log line. If the
+    # check itself fails (an internal API that changed), the source is the safe way.
+    function cache_problem()
+        found = try
+            check_cache()
+        catch e
+            return "checking the cache failed: " * sprint(showerror, e)
+        end
+        found === nothing && return "no compiled cache for Julia $VERSION in $depot"
+        return isempty(found) ? nothing : found
+    end
+
+    function check_cache()
+        with_package() do
+            isempty(Base.find_all_in_cache_path(pkg)) && return nothing
+            reasons = IOBuffer()
+            logger = Base.CoreLogging.SimpleLogger(reasons, Base.CoreLogging.Debug)
+            fresh = Base.CoreLogging.with_logger(logger) do
+                isdefined(Base, :isprecompiled) ? Base.isprecompiled(pkg; sourcepath = entry) :
+                    any(f -> Base.stale_cachefile(entry, f) !== true,
+                        Base.find_all_in_cache_path(pkg))
+            end
+            fresh && return ""
+            lines = filter(l -> occursin("Rejecting", l), split(String(take!(reasons)), '\n'))
+            isempty(lines) && return "the cache is stale"
+            line = strip(lstrip(last(lines), ['┌', '│', ' ']))
+            return startswith(line, "Debug: ") ? line[8:end] : line
+        end
+    end
+
+    if precompiling
+        problem = cache_problem()
+        if problem === nothing
+            println("JKernel's compile cache in ", depot, " is up to date")
+            exit(0)
+        end
+        println("compiling JKernel into ", depot, ": ", problem)
+        ok = with_package() do
+            try
+                # A path or an Exception on 1.5, a tuple of paths on 1.9+ (base/loading.jl,
+                # compilecache); it throws when the compiling julia fails.
+                result = Base.compilecache(pkg)
+                result isa Exception || return true
+                println(stderr, "precompiling JKernel failed: ", result)
+                false
+            catch e
+                println(stderr, "precompiling JKernel failed: ", sprint(showerror, e))
+                false
+            end
+        end
+        ok && println("JKernel compiled into ", depot)
+        exit(ok ? 0 : 1)
+    end
+
+    opted_out = get(ENV, "JUTUL_JKERNEL_PRECOMPILED", "yes") == "no"
+    problem = opted_out ? "JUTUL_JKERNEL_PRECOMPILED=no" : cache_problem()
+    jk = nothing
+    if problem === nothing
+        try
+            with_package(() -> Base.require(pkg))
+            jk = Base.root_module(pkg)
+            jk.LOADED_FROM[] = "cache"
+        catch e
+            problem = "loading the compiled cache failed: " * sprint(showerror, e)
+        end
+    end
+    if jk === nothing
+        if opted_out
+            say("loading JKernel from source: ", problem)
+        elseif !writable(depot)
+            say("loading JKernel from source: ", problem, "; the cache directory ", depot,
+                " is not writable, so nothing is compiled")
+        else
+            say("loading JKernel from source: ", problem, "; compiling it for the next start")
+            # Its output goes to Julia's log (stdout here), not to fd 2, which the supervisor
+            # reads as the cells' stderr.
+            compile = `$(Base.julia_cmd()) --startup-file=no $script --precompile`
+            run(pipeline(compile; stdin = devnull, stdout = stdout, stderr = stdout); wait = false)
+        end
+        Base.include(Main, entry)
+        jk = Main.JKernel
+    end
+    jk   # server.jl calls its main
+end
