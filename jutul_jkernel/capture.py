@@ -24,9 +24,13 @@ import os
 import secrets
 from collections.abc import Callable
 
-# Read up to this much per wake-up; the pipes are enlarged to it where Linux allows (fewer
-# wake-ups for a flood, and a C library blocks later).
-_PIPE_BYTES = 1024 * 1024
+# Read up to this much per wake-up.
+_READ_BYTES = 1024 * 1024
+# Where Linux allows, the pipes hold this much rather than 64 KiB: fewer wake-ups in a flood,
+# and a C library blocks later. Not more: past a per-user total (pipe-user-pages-soft, 64 MiB
+# by default) Linux gives every new pipe of that user one page, and a server may run many
+# kernels.
+_PIPE_BYTES = 256 * 1024
 STREAMS = ("stdout", "stderr")
 # While paused, a wait for a marker reads this often.
 _PAUSED_POLL = 0.05
@@ -207,7 +211,7 @@ class OutputPipes:
             pieces = list(s.held)
             s.held.clear()
             with contextlib.suppress(OSError):
-                while data := os.read(s.fd, _PIPE_BYTES):
+                while data := os.read(s.fd, _READ_BYTES):
                     pieces.extend(s.split(data))
             pieces.append((s.seen, s.current, s.tail))
             s.tail = b""
@@ -243,7 +247,7 @@ class OutputPipes:
 
     def _read(self, s: _Stream) -> None:
         try:
-            data = os.read(s.fd, _PIPE_BYTES)
+            data = os.read(s.fd, _READ_BYTES)
         except BlockingIOError:
             return
         except OSError:
