@@ -258,7 +258,7 @@ def test_background_task_output_and_display_reach_the_last_cell(
     go.touch()
     deadline = time.monotonic() + REPLY_TIMEOUT
     late: list[dict[str, Any]] = []
-    while "late end" not in text_of(late):
+    while "late end\n" not in text_of(late):  # println may arrive as text, then its newline
         msg = kc.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
         if msg["parent_header"].get("msg_id") == msg_id:
             late.append(msg)
