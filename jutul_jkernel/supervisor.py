@@ -93,6 +93,9 @@ _AFTER_SIGNAL_WAIT = 15.0
 # Julia writes an output marker and sends MRK right after; reading up to it takes milliseconds
 # (paused for IOPub, as long as IOPub needs). Past this, a marker is taken as lost.
 _MARK_WAIT = 10.0
+# From an interrupt until Julia acknowledges it, output still arriving is dropped beyond this
+# much: a flood's megabytes in flight would hold IOPub, and the cell's error, behind them.
+_KEPT_IN_FLIGHT = 8 * 1024
 # Shutdown: after EOF on its socket the server exits by itself; a cell that never yields does not
 # see the EOF, so SIGTERM then SIGKILL follow. Together well inside jupyter_client's 2.5 s.
 # An idle server exits in ~10 ms; one still compiling its warm-up (the first seconds after a
@@ -184,12 +187,12 @@ class _Execution:
     forced: bool = False
     killed_for_interrupt: bool = False
     interrupt_path: InterruptPath | None = None
-    # From an interrupt request until Julia ACKs it, output is dropped rather than delivered:
-    # what is still in flight was printed before the interrupt, and behind it wait the ACK and
-    # the result. A cell printing flat out can queue megabytes there; delivering them first made
-    # the interrupt look ignored and Julia was restarted.
+    # From an interrupt request until Julia ACKs it, output beyond _KEPT_IN_FLIGHT is dropped
+    # rather than delivered: it was printed before the interrupt, and a cell printing flat out
+    # can have megabytes in flight, which IOPub would send before the cell's error.
     discarding: bool = False
     dropped_bytes: int = 0
+    kept_in_flight: int = 0  # bytes passed on while an interrupt was on its way
     interrupter: asyncio.Task[None] | None = None
     acked: bool = False  # Julia took the current interrupt; the cell may still go on
     again: bool = False  # another interrupt was asked for while one was under way
@@ -871,7 +874,7 @@ class JuliaSupervisor:
         reason = "closed its connection"
         try:
             for frame in early:  # arrived with the handshake
-                self._dispatch(j, frame)
+                await self._handle(j, frame)
             while True:
                 data = await j.reader.read(_READ_CHUNK_BYTES)
                 if not data:
@@ -881,10 +884,7 @@ class JuliaSupervisor:
                 if frames:
                     j.last_frame_at = asyncio.get_running_loop().time()
                 for frame in frames:
-                    if frame.kind is FrameKind.MRK:
-                        await self._ordered(j, frame)
-                    else:
-                        self._dispatch(j, frame)
+                    await self._handle(j, frame)
                 ex = self._current
                 if self.backpressure is not None and not (ex is not None and ex.discarding):
                     await self.backpressure()
@@ -906,7 +906,13 @@ class JuliaSupervisor:
             j.stderr_tail.append(data)
         ex = self._current
         if ex is not None and ex.discarding:
-            ex.dropped_bytes += len(data)
+            # The first few KiB still show (the last lines a cell printed before it was
+            # stopped); the rest of a flood in flight is dropped, and the result says so.
+            room = max(0, _KEPT_IN_FLIGHT - ex.kept_in_flight)
+            if room and ex.on_output is not None:
+                ex.kept_in_flight += min(room, len(data))
+                ex.on_output(name, data[:room])
+            ex.dropped_bytes += max(0, len(data) - room)
         elif ex is not None and ex.on_output is not None:
             ex.on_output(name, data)
         elif ex is None and self.on_stray_output is not None:
@@ -944,6 +950,12 @@ class JuliaSupervisor:
         task = asyncio.create_task(catch_up())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def _handle(self, j: _Julia, frame: Frame) -> None:
+        if frame.kind is FrameKind.MRK:
+            await self._ordered(j, frame)
+        else:
+            self._dispatch(j, frame)
 
     async def _ordered(self, j: _Julia, frame: Frame) -> None:
         """MRK n: handle the frame it carries once fd 1 and fd 2 were read up to marker n."""

@@ -234,6 +234,20 @@ end
 Base.write(s::KernelStdio, b::UInt8) =
     tagged(s) ? write(s, UInt8[b]) : (WRITTEN[] += 1; write(s.ctx.io, b))
 Base.flush(s::KernelStdio) = (tagged(s) && flush(PIPES["stdout"]); flush(s.ctx.io))
+
+# One write per println, as a terminal shows it: Base's println writes its text and then the
+# newline, and the supervisor, reading the pipe while Julia writes, would pass them on as two
+# outputs (a notebook then stores two stream outputs for one line).
+function Base.println(s::KernelStdio, xs...)
+    buf = IOBuffer()
+    ctx = IOContext(buf, s.ctx)   # the same :color as the stream itself
+    for x in xs
+        print(ctx, x)
+    end
+    write(buf, '\n')
+    write(s, take!(buf))
+    return nothing
+end
 Base.pipe_reader(s::KernelStdio) = s.ctx.io
 Base.lock(s::KernelStdio) = lock(s.ctx.io)
 Base.unlock(s::KernelStdio) = unlock(s.ctx.io)
