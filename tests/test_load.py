@@ -127,7 +127,7 @@ def soak_cell(i: int) -> tuple[str, dict[str, Any]]:
 @pytest.mark.timeout(max(120, SOAK_CELLS // 20))  # ~7 ms a cell here; allow ~50 ms
 def test_soak(kernel: tuple[KernelManager, BlockingKernelClient]) -> None:
     """Thousands of cells in a row: replies in order, no output lost or duplicated, and the
-    kernel process's memory grows less than 10% once warm."""
+    kernel process's memory grows less than 15% once warm (see the bound)."""
     km, kc = kernel
     drain(kc)
     warm = min(1000, SOAK_CELLS // 10)
@@ -165,7 +165,11 @@ def test_soak(kernel: tuple[KernelManager, BlockingKernelClient]) -> None:
         f"ms/cell); kernel RSS {rss_warm / 2**20:.1f} -> {rss_end / 2**20:.1f} MiB "
         f"({growth:+.1%})"
     )
-    assert growth < 0.10
+    # jupyter_client's Session keeps the digest of every message it received, against replays,
+    # up to 65,536 of them (digest_history_size): by our estimate ~130 bytes a cell, 2.5 MiB
+    # of the kernel's 44 MiB over 19,000 cells, measured at +8.6% before the supervisor read
+    # Julia's pipes and +9.7% after. A leak of 1 KiB a cell would add over 40%.
+    assert growth < 0.15
 
 
 def _watch_rss(km: KernelManager, stop: threading.Event, peak: list[int]) -> None:
