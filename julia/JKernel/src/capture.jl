@@ -237,8 +237,10 @@ Base.flush(s::KernelStdio) = (tagged(s) && flush(PIPES["stdout"]); flush(s.ctx.i
 
 # One write per println, as a terminal shows it: Base's println writes its text and then the
 # newline, and the supervisor, reading the pipe while Julia writes, would pass them on as two
-# outputs (a notebook then stores two stream outputs for one line).
+# outputs (a notebook then stores two stream outputs for one line). While writes are buffered
+# (a cell printing heavily) both land in the buffer anyway, and Base's println is faster.
 function Base.println(s::KernelStdio, xs...)
+    BUFFERED[] && !tagged(s) && return invoke(println, Tuple{IO,Vararg{Any}}, s, xs...)
     buf = IOBuffer()
     ctx = IOContext(buf, s.ctx)   # the same :color as the stream itself
     for x in xs
