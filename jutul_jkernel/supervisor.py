@@ -283,7 +283,7 @@ class _Julia:
     stderr_tail: deque[bytes] = field(default_factory=lambda: deque(maxlen=64))
     dead: bool = False
     death: JuliaDiedError | None = None
-    last_frame_at: float = 0.0  # loop time of the last frame read
+    last_frame_at: float = 0.0  # loop time of the last frame or output read
 
 
 def _env_seconds(name: str, default: float) -> float:
@@ -928,6 +928,8 @@ class JuliaSupervisor:
             with contextlib.suppress(OSError), open(j.log_path, "ab") as f:
                 f.write(data)
             return
+        # Julia is still sending: the escalation waits for its ACK instead of signalling.
+        j.last_frame_at = asyncio.get_running_loop().time()
         self._output(j, name, data)
         ex = self._current
         pipes = j.pipes

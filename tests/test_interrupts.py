@@ -44,8 +44,10 @@ async def test_print_flood_stops_by_frame_and_keeps_state(before: str) -> None:
         nonlocal received
         received += len(data)
 
-    async def slow_consumer() -> None:  # what a busy IOPub thread looks like to the reader
-        await asyncio.sleep(0.005)
+    # What a busy IOPub thread looks like to the reader: slow enough that Julia's pipes are
+    # full when the interrupt comes, so there is output in flight to cut short.
+    async def slow_consumer() -> None:
+        await asyncio.sleep(0.05)
 
     async with JuliaSupervisor(
         backpressure=slow_consumer, startup_timeout=STARTUP_TIMEOUT
