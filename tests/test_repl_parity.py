@@ -289,16 +289,21 @@ async def test_display_and_clear_output_from_another_thread() -> None:
     """A Threads.@spawn task may display: the work hops to the server's thread."""
     shown: list[dict] = []
     async with JuliaSupervisor(threads=2, startup_timeout=STARTUP_TIMEOUT) as julia:
+        # Threads.@spawn may run its task on thread 1 when thread 1 is idle (it often was once
+        # Julia no longer pumped its own output); @threads' static schedule puts k = 2 on
+        # thread 2.
         r = await julia.execute(
-            "t = Threads.@spawn begin\n"
+            "where = Threads.Atomic{Int}(0)\n"
+            "Threads.@threads for k in 1:2\n"
+            "    k == 2 || continue\n"
             "    for i in 1:20\n"
             '        println("line ", i)  # output in flight makes each display wait to drain\n'
             '        display(HTML("<b>from thread $(Threads.threadid())</b>"))\n'
             "    end\n"
             "    IJulia.clear_output(true)\n"
-            "    Threads.threadid()\n"
+            "    where[] = Threads.threadid()\n"
             "end\n"
-            "fetch(t)",
+            "where[]",
             on_display=shown.append,
             name="In[1]",
         )
