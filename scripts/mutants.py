@@ -497,6 +497,12 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         (f"{SJ}::test_c_output_larger_than_a_pipe_arrives_whole",),
     ),
+    Mutant(
+        "M47",
+        "an interrupt landing while the cell handles another still ends the cell with a result",
+        (Edit(JK_EVAL, "is_interrupt(e) || rethrow()\n        INTERRUPTED", "rethrow()"),),
+        (f"{SJ}::test_an_interrupt_landing_while_the_first_is_handled_still_ends_the_cell",),
+    ),
 )
 
 

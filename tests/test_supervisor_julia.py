@@ -671,6 +671,33 @@ async def test_user_code_catching_the_interrupt_can_be_interrupted_again(
     assert (await run(julia, "caught")).text == "true"
 
 
+
+async def test_an_interrupt_landing_while_the_first_is_handled_still_ends_the_cell(
+    julia: JuliaSupervisor, tmp_path: Path
+) -> None:
+    """A SIGINT that reaches Julia while the cell is already handling an interrupt (behind an
+    INT frame that a busy Julia did not ACK within the silence bound, or Ctrl-C pressed again
+    during a slow post-error hook) still ends the cell with a result, and the session stays."""
+    stopped, in_hook = StartSignal(tmp_path), StartSignal(tmp_path)
+    try:
+        await run(
+            julia,
+            f"kept = 5; slow_hook() = ({in_hook.julia}; sleep(1000)); "
+            "IJulia.push_posterror_hook(slow_hook); nothing",
+        )
+        task = asyncio.create_task(julia.execute(f"{stopped.julia}; sleep(1000)", name="In[2]"))
+        await stopped.wait_async(CELL_BOUND)
+        await julia.interrupt()
+        await in_hook.wait_async(INTERRUPT_BOUND)
+        assert julia.pid is not None
+        os.kill(julia.pid, signal.SIGINT)
+        result = await asyncio.wait_for(task, INTERRUPT_BOUND)
+    finally:
+        stopped.close()
+        in_hook.close()
+    assert (result.status, result.interrupt_path) == ("interrupted", "frame")
+    assert (await run(julia, "IJulia.pop_posterror_hook(slow_hook); kept")).text == "5"
+
 # ---- deaths ----
 
 

@@ -170,16 +170,24 @@ function run_cell(mod::Module, code::String, filename::String, cell::Int = 0)
     return status, text, rich, report
 end
 
+const INTERRUPTED = ("int", "", nothing,
+                     ("InterruptException", "InterruptException:", "InterruptException:"))
+
 function evaluate(id::Int, code::String, name::String, named::Bool)
     CURRENT[] = id
     LAST_ID[] = id
     PENDING_INTERRUPT[] = false
     cell = named ? cell_number(name, id) : 0
     cell > 0 && (In[cell] = code)
-    status, text, rich, report = if INTERRUPTED_BEFORE_START[] == id
-        ("int", "", nothing, ("InterruptException", "InterruptException:", "InterruptException:"))
-    else
-        run_cell(Main, code, name, cell)
+    status, text, rich, report = try
+        INTERRUPTED_BEFORE_START[] == id ? INTERRUPTED : run_cell(Main, code, name, cell)
+    catch e
+        # A second interrupt can land while run_cell handles the first: a SIGINT sent behind an
+        # INT frame that Julia was too busy to ACK at once, or Ctrl-C pressed again during a slow
+        # post-error hook. Escaping here it would end this evaluation without a result, and the
+        # supervisor would wait for one until it restarted Julia (seen 1 in 48 under load).
+        is_interrupt(e) || rethrow()
+        INTERRUPTED
     end
     Base.invokelatest(compile_worker_handling)
     try
