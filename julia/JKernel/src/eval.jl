@@ -177,19 +177,24 @@ function evaluate(id::Int, code::String, name::String, named::Bool)
     CURRENT[] = id
     LAST_ID[] = id
     PENDING_INTERRUPT[] = false
-    cell = named ? cell_number(name, id) : 0
-    cell > 0 && (In[cell] = code)
+    # An interrupt can land anywhere from here to the result: a SIGINT sent behind an INT frame
+    # that Julia was too busy to ACK at once, or Ctrl-C pressed again during a slow post-error
+    # hook, arrives while run_cell handles the first. Escaping evaluate it would end the
+    # evaluation without a result, and the supervisor would wait for one until it restarted
+    # Julia (seen 1 in 48 under load). So every interrupt before the result ends in one.
     status, text, rich, report = try
+        cell = named ? cell_number(name, id) : 0
+        cell > 0 && (In[cell] = code)
         INTERRUPTED_BEFORE_START[] == id ? INTERRUPTED : run_cell(Main, code, name, cell)
     catch e
-        # A second interrupt can land while run_cell handles the first: a SIGINT sent behind an
-        # INT frame that Julia was too busy to ACK at once, or Ctrl-C pressed again during a slow
-        # post-error hook. Escaping here it would end this evaluation without a result, and the
-        # supervisor would wait for one until it restarted Julia (seen 1 in 48 under load).
         is_interrupt(e) || rethrow()
         INTERRUPTED
     end
-    Base.invokelatest(compile_worker_handling)
+    try
+        Base.invokelatest(compile_worker_handling)
+    catch e
+        is_interrupt(e) || rethrow()   # the cell is over: a late interrupt has nothing to stop
+    end
     try
         finish_evaluation(id, status, text, rich, report)
     catch e
