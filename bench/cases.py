@@ -12,6 +12,7 @@ ipykernel's imports, as before issue 10 item 3).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -90,6 +91,22 @@ INTERRUPTS: dict[str, tuple[str, str, str]] = {
     ),
 }
 
+# Asked on a fresh kernel as soon as kernel_info_reply came, one kind per kernel (the first of
+# any kind warms paths the others share): (julia-supervised request, ipykernel request). A
+# request is (msg_type, code, cursor); the check says what a right reply holds.
+FIRST_QUERIES: dict[str, tuple[tuple[str, str, int], tuple[str, str, int]]] = {
+    "is_complete": (("is_complete", "function f(x)", 0), ("is_complete", "def f(x):", 0)),
+    "complete": (("complete", "prin", 4), ("complete", "prin", 4)),
+    "inspect": (("inspect", "sum", 3), ("inspect", "sum", 3)),
+    "error": (("execute", 'error("e")', 0), ("execute", 'raise ValueError("e")', 0)),
+}
+_QUERY_CHECKS: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "is_complete": lambda c: c.get("status") == "incomplete",
+    "complete": lambda c: "print" in c.get("matches", []),
+    "inspect": lambda c: c.get("found") is True,
+    "error": lambda c: c.get("status") == "error",
+}
+
 _TP = "20 MB as 200,000 println lines"
 _BLOB = "20 MB in one print"
 # section, label, unit, value sample, baseline sample, statistic, target, note.
@@ -120,6 +137,11 @@ ROWS: list[RowSpec] = [
             "late:kernel_info", target="<= 1x"),
     RowSpec("start-up", "start_kernel -> first result", "s", "julia:first_result",
             "late:first_result", target="<= 1x"),
+    *(
+        RowSpec("first query", f"first {kind} after kernel_info_reply: request -> reply", "ms",
+                f"julia:first:{kind}", f"ipykernel:first:{kind}", target="<= 100 ms")
+        for kind in FIRST_QUERIES
+    ),
     RowSpec("restart", "restart_kernel -> next result", "s", "julia:restart",
             "ipykernel:restart"),
     RowSpec("restart", "restart_kernel -> next result", "s", "julia:restart", "julia:cold",
@@ -325,6 +347,53 @@ def startup(env: JupyterEnv, plan: Plan) -> Samples:
     return out
 
 
+def _first_query_once(env: JupyterEnv, name: str, kind: str, request: tuple[str, str, int]) -> float:
+    """Start a kernel, wait for kernel_info_reply and IOPub, then time one request's reply."""
+    msg_type, code, cursor = request
+    k = Kernel(env, name)
+    try:
+        k.launch()
+        k.wait_kernel_info(60)
+        k.wait_iopub(60)
+        reply, took = k.request(msg_type, code, cursor, timeout=60)
+        if not _QUERY_CHECKS[kind](reply["content"]):
+            msg = f"{k.label}: the first {kind} answered {reply['content']}"
+            raise BenchError(msg)
+        return took
+    finally:
+        k.stop()
+
+
+def first_queries(env: JupyterEnv, plan: Plan) -> Samples:
+    """The first is_complete, complete, inspect and error of a fresh kernel, on both kernels.
+
+    The kernel answers is_complete "unknown" after JUTUL_JKERNEL_IS_COMPLETE_WAIT (0.8 s, as a
+    console needs); here that wait is long, so the row shows how long Julia really took.
+    """
+    out: Samples = {}
+    saved = os.environ.get(_IS_COMPLETE_WAIT)
+    os.environ[_IS_COMPLETE_WAIT] = "60"
+    try:
+        for i in range(plan.startup_runs + 1):
+            for kind, requests in FIRST_QUERIES.items():
+                for subject, name, request in (
+                    ("julia", JULIA, requests[0]),
+                    ("ipykernel", PYTHON, requests[1]),
+                ):
+                    took = _first_query_once(env, name, kind, request)
+                    if i:  # the first round warms the disk cache
+                        out.setdefault(f"{subject}:first:{kind}", []).append(took)
+    finally:
+        if saved is None:
+            os.environ.pop(_IS_COMPLETE_WAIT, None)
+        else:
+            os.environ[_IS_COMPLETE_WAIT] = saved
+    return out
+
+
+_IS_COMPLETE_WAIT = "JUTUL_JKERNEL_IS_COMPLETE_WAIT"
+
+
 # Why restart has no pre-started spare Julia (issue 10 item 4), measured 2026-11-22 under load
 # 2.8-3.3 on 2 cores, 5 runs, medians: a supervisor's restart -> next result took 8.39 s against
 # 5.89 s for a cold start, of which stopping the old Julia was 0.39 s; a warmed spare would cut
@@ -484,6 +553,7 @@ SECTIONS: dict[str, Callable[[JupyterEnv, Plan], Samples]] = {
     "roundtrip": roundtrip,
     "throughput": throughput,
     "startup": startup,
+    "first_queries": first_queries,
     "restart": restart,
     "interrupt": interrupts,
     "memory": memory,
@@ -493,6 +563,7 @@ ROW_SECTION = {
     "round trip": "roundtrip",
     "throughput": "throughput",
     "start-up": "startup",
+    "first query": "first_queries",
     "restart": "restart",
     "interrupt": "interrupt",
     "memory": "memory",

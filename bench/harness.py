@@ -335,6 +335,22 @@ class Kernel:
         t0 = time.perf_counter()
         return kc.execute(code, **kwargs), t0
 
+    def request(
+        self, msg_type: str, code: str, cursor: int = 0, timeout: float = CELL_TIMEOUT
+    ) -> tuple[dict[str, Any], float]:
+        """Send one shell request (execute, complete, inspect or is_complete); return its
+        reply and the seconds from send to reply."""
+        kc = self._client()
+        t0 = time.perf_counter()
+        if msg_type == "execute":
+            msg_id = kc.execute(code)
+        elif msg_type == "is_complete":
+            msg_id = kc.is_complete(code)
+        else:  # complete, inspect
+            msg_id = getattr(kc, msg_type)(code, cursor)
+        reply = self._wait_shell(msg_id, timeout)
+        return reply, time.perf_counter() - t0
+
     def run(
         self,
         code: str,
