@@ -35,8 +35,8 @@ LATE = "bench-julia-late-launch"
 LABELS = {JULIA: "julia-supervised", PYTHON: "ipykernel", LATE: "julia-supervised (late launch)"}
 # The kernel as `python -m jutul_jkernel` runs it, minus the launch before ipykernel's imports.
 _LATE_LAUNCH = (
-    "from ipykernel.kernelapp import IPKernelApp; from jutul_jkernel.__main__ import app_options; "
-    "IPKernelApp.launch_instance(**app_options())"
+    "from jutul_jkernel.app import JuliaKernelApp; from jutul_jkernel.__main__ import app_options; "
+    "JuliaKernelApp.launch_instance(**app_options())"
 )
 
 REPO = Path(__file__).resolve().parent.parent

@@ -20,12 +20,11 @@ def main() -> None:
     # Should ipykernel fail to import or to set up (or print --help and exit), Julia goes too.
     atexit.register(supervisor.kill_now)
 
-    from ipykernel.kernelapp import IPKernelApp
-
+    from .app import JuliaKernelApp
     from .kernel import JuliaKernel
 
     JuliaKernel.prepared_supervisor = supervisor
-    IPKernelApp.launch_instance(**app_options())
+    JuliaKernelApp.launch_instance(**app_options())
 
 
 def app_options() -> dict[str, Any]:
