@@ -100,6 +100,8 @@ FIRST_QUERIES: dict[str, tuple[tuple[str, str, int], tuple[str, str, int]]] = {
     "inspect": (("inspect", "sum", 3), ("inspect", "sum", 3)),
     "error": (("execute", 'error("e")', 0), ("execute", 'raise ValueError("e")', 0)),
 }
+# The kernel's wait before it answers is_complete "unknown" (lifted by first_queries).
+_IS_COMPLETE_WAIT = "JUTUL_JKERNEL_IS_COMPLETE_WAIT"
 _QUERY_CHECKS: dict[str, Callable[[dict[str, Any]], bool]] = {
     "is_complete": lambda c: c.get("status") == "incomplete",
     "complete": lambda c: "print" in c.get("matches", []),
@@ -347,7 +349,9 @@ def startup(env: JupyterEnv, plan: Plan) -> Samples:
     return out
 
 
-def _first_query_once(env: JupyterEnv, name: str, kind: str, request: tuple[str, str, int]) -> float:
+def _first_query_once(
+    env: JupyterEnv, name: str, kind: str, request: tuple[str, str, int]
+) -> float:
     """Start a kernel, wait for kernel_info_reply and IOPub, then time one request's reply."""
     msg_type, code, cursor = request
     k = Kernel(env, name)
@@ -389,9 +393,6 @@ def first_queries(env: JupyterEnv, plan: Plan) -> Samples:
         else:
             os.environ[_IS_COMPLETE_WAIT] = saved
     return out
-
-
-_IS_COMPLETE_WAIT = "JUTUL_JKERNEL_IS_COMPLETE_WAIT"
 
 
 # Why restart has no pre-started spare Julia (issue 10 item 4), measured 2026-11-22 under load
