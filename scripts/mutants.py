@@ -71,6 +71,7 @@ MAIN = "jutul_jkernel/__main__.py"
 EL = "tests/test_early_launch.py"
 CAP = "jutul_jkernel/capture.py"
 JK_CAPTURE = "julia/JKernel/src/capture.jl"
+CT = "tests/test_contracts.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -482,8 +483,57 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M46",
         "Julia's prints to stdout and stderr keep their order (stderr rides in the stdout pipe)",
-        (Edit(JK_CAPTURE, "tagged(s::KernelStdio) = s.err && SUPERVISOR_READS[]", "tagged(s::KernelStdio) = false"),),
+        (
+            Edit(
+                JK_CAPTURE,
+                'tagged(s::StdioContext) = SUPERVISOR_READS[] && s.io === PIPES["stderr"]',
+                "tagged(s::StdioContext) = false",
+            ),
+        ),
         (f"{SJ}::test_stdout_and_stderr_keep_their_order",),
+    ),
+    Mutant(
+        "M48",
+        "stdout and stderr are Base types, so Base's loading world can print to them and pass "
+        "them to a compiling child (Julia 1.10+, audit N10)",
+        (
+            Edit(
+                JK_CAPTURE,
+                "const StdioContext = IOContext{Base.LibuvStream}",
+                "struct StdioContext <: Base.AbstractPipe; io::Base.LibuvStream; "
+                "dict::Base.ImmutableDict{Symbol,Any}; end; "
+                "Base.pipe_writer(s::StdioContext) = s.io; "
+                "Base.get(s::StdioContext, k, d) = get(s.dict, k, d)",
+            ),
+        ),
+        (
+            f"{CT}::test_using_a_package_that_compiles",
+            f"{CT}::test_stdio_types_are_base_types",
+        ),
+    ),
+    Mutant(
+        "M49",
+        "printing works on Julia 1.7+, whose AbstractPipe reserves the fields in, out and err "
+        "(audit N1)",
+        (
+            Edit(
+                JK_CAPTURE,
+                "const StdioContext = IOContext{Base.LibuvStream}",
+                "struct StdioContext <: Base.AbstractPipe; io::Base.LibuvStream; "
+                "dict::Base.ImmutableDict{Symbol,Any}; err::Bool; end; "
+                "StdioContext(io, d) = StdioContext(io, d, false); "
+                "Base.pipe_writer(s::StdioContext) = s.io; "
+                "Base.get(s::StdioContext, k, d) = get(s.dict, k, d); "
+                "Base.displaysize(s::StdioContext) = displaysize(s.io)",
+            ),
+            # ... and read as ours, as `tagged` read KernelStdio's `err::Bool`
+            Edit(
+                JK_CAPTURE,
+                'tagged(s::StdioContext) = SUPERVISOR_READS[] && s.io === PIPES["stderr"]',
+                'tagged(s::StdioContext) = !s.err && SUPERVISOR_READS[] && s.io === PIPES["stderr"]',
+            ),
+        ),
+        (f"{CT}::test_printing_and_logging_work",),
     ),
     Mutant(
         "M45",

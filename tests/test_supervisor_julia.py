@@ -526,7 +526,11 @@ async def test_first_interrupt_in_a_fresh_session(
 # is compiling Pkg (Julia defers the SIGINT; a forced throw there crashed or wedged Julia, 4 of 4
 # times at 1 and 2 s before the supervisor waited for compiling to end) or, later, blocked in
 # libgit2, which retries the read a SIGINT interrupts. The promise holds at any moment.
-PKG_ADD_INTERRUPT_AFTER = (1.0, 2.0, 3.5)
+# Moments inside the compile phase of a cold `] add` (about 2.5 s on this machine, 7 s before
+# stdout and stderr became Base IOContexts, whose printing Pkg's compiled code already covers).
+PKG_ADD_INTERRUPT_AFTER = (0.5, 1.0, 1.5)
+# Pkg prints this once its code is compiled and it has entered libgit2's blocking clone.
+PKG_CLONING = "Cloning"
 
 
 @pytest.mark.parametrize("after", PKG_ADD_INTERRUPT_AFTER)
@@ -534,8 +538,10 @@ async def test_interrupt_while_julia_compiles_keeps_the_session(
     tmp_path: Path, after: float
 ) -> None:
     """A fresh Julia runs `] add` against a loopback server that accepts and never answers;
-    an interrupt while Pkg's code is still being compiled, or stalled in C, ends the cell with
-    the session kept: no forced throw into the compiler, no restart."""
+    an interrupt while Pkg's code is still being compiled ends the cell with the session kept:
+    no forced throw into the compiler, no restart. Should the moment fall after compiling (a
+    fast machine), Pkg is stalled in libgit2's C code, where only a forced throw can end it (the
+    README's interrupt table): then the session must still be kept."""
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(16)
@@ -547,19 +553,26 @@ async def test_interrupt_while_julia_compiles_keeps_the_session(
         env={"JULIA_DEPOT_PATH": str(tmp_path / "depot")},  # Pkg's clones go there
         startup_timeout=STARTUP_TIMEOUT,
     )
+    out = Output()
     try:
         await sup.start()
         pid = sup.pid
         assert (await run(sup, "keep = 42")).status == "ok"
-        task = asyncio.create_task(sup.execute(f"] add http://127.0.0.1:{port}/Slow.jl.git"))
+        cell = f"] add http://127.0.0.1:{port}/Slow.jl.git"
+        task = asyncio.create_task(sup.execute(cell, out))
         done, _ = await asyncio.wait({task}, timeout=after)  # the moment is the parameter
         assert not done, f"`] add` ended by itself: {task.result()!r}"
+        compiling = PKG_CLONING not in out.text("stderr")
         await sup.interrupt()
         result = await asyncio.wait_for(task, INTERRUPT_BOUND + 30.0)
-        assert result.interrupt_path not in {"forced", "restart"}, result
+        if compiling:
+            assert result.interrupt_path not in {"forced", "restart"}, result
+        else:
+            assert result.interrupt_path != "restart", result
         assert result.state_kept, result
         assert sup.alive and sup.pid == pid
         assert (await run(sup, "keep")).text == "42"
+        print(f"\n[] add interrupted at {after} s] compiling: {compiling}, {result.interrupt_path}")
     finally:
         silent.close()
         await sup.shutdown()

@@ -15,8 +15,9 @@
 #
 # Without JUTUL_JKERNEL_STDOUT_FD (Windows: no inherited pipes), fd 1 and fd 2 are redirected
 # into in-process pipes and a pump task per stream forwards them as OUT frames; the drain then
-# waits until both pumps passed their marker. User code sees `stdout` and `stderr` as
-# KernelStdio wrappers of the pipes that carry `:color` when Julia runs with --color=yes.
+# waits until both pumps passed their marker. User code sees `stdout` and `stderr` as Base
+# `IOContext`s over the pipes that carry `:color` when Julia runs with --color=yes (see
+# StdioContext below).
 
 """
     pump(rd, name)
@@ -195,34 +196,40 @@ function line_buffer_c_stdout!()
     end
 end
 
-"""
-    KernelStdio(pipe, color, err=false)
+# ---- Julia's `stdout` and `stderr` ----
+#
+# Base code calls them from a world where no method of ours exists: since 1.10 `using` loads and
+# compiles packages in the world recorded when Base started (base/loading.jl,
+# `invoke_in_world(_require_world_age[], __require, ...)`), and that code passes `stderr` to
+# `pipeline(cmd; stderr = stderr)` and prints its progress to it (1.11+ `precompilepkgs`). A
+# type of ours there fails with "no method matching pipe_writer ... method too new" (audit N10;
+# IJulia#1089, julia#51280, julia-vscode#4042). So they are Base objects only: an `IOContext`
+# over the pipe, which is an `AbstractPipe` whose `pipe_writer` is Base's own, and which
+# carries `:color` for `printstyled`, the logging macros and `showerror`.
+#
+# Its type parameter is the abstract `Base.LibuvStream`, a parametrisation Base never builds
+# (its constructors take `typeof(io)`; derived contexts such as `IOContext(stderr, :k => v)`
+# are `IOContext{PipeEndpoint}`), so the methods below apply to these two objects only. In the
+# current world they add what the kernel needs; in Base's loading world they do not exist, and
+# Base's own `AbstractPipe` methods write straight to the pipe (stderr then goes to fd 2,
+# still stderr, ordered against stdout only as two pipes are).
 
-What user code sees as `stdout` / `stderr`: the pipe fd 1 or fd 2 is, plus the IOContext
-property a terminal would give it (`:color`), so `printstyled`, the logging macros and
-`showerror(stderr, ...)` colour their output as in the REPL and IJulia (which wraps its streams
-the same way, src/stdio.jl). An `AbstractPipe`, so writes, `flush` and child processes go to
-the pipe itself, and `redirect_stdout(old)` after a user's own redirect restores it.
-"""
-struct KernelStdio{T<:IO} <: Base.AbstractPipe
-    ctx::IOContext{T}
-    err::Bool
-end
-KernelStdio(pipe::IO, color::Bool, err::Bool = false) =
-    KernelStdio(IOContext(pipe, :color => color), err)
+"""The type of Julia's `stdout` and `stderr` in a kernel: a Base type (see above)."""
+const StdioContext = IOContext{Base.LibuvStream}
 
-Base.pipe_writer(s::KernelStdio) = s.ctx.io
+stdio_context(pipe::Base.LibuvStream, color::Bool) =
+    StdioContext(pipe, Base.ImmutableDict{Symbol,Any}(:color, color))
 
 # Julia's `stderr` travels in the stdout pipe, between TO_STDERR and TO_STDOUT, when the
 # supervisor reads the pipes: it reads two pipes in no particular order, and a cell's prints to
 # stdout and stderr must keep theirs. fd 2 itself (C, child processes: `pipe_writer`) stays
 # the stderr pipe.
-tagged(s::KernelStdio) = s.err && SUPERVISOR_READS[]
+tagged(s::StdioContext) = SUPERVISOR_READS[] && s.io === PIPES["stderr"]
 
 # Writes are counted for the buffering switch (flusher_loop): how fast Julia code prints.
-function Base.unsafe_write(s::KernelStdio, p::Ptr{UInt8}, n::UInt)
+function Base.unsafe_write(s::StdioContext, p::Ptr{UInt8}, n::UInt)
     WRITTEN[] += n
-    tagged(s) || return unsafe_write(s.ctx.io, p, n)
+    tagged(s) || return unsafe_write(s.io, p, n)
     a, b = length(TO_STDERR), length(TO_STDOUT)
     buf = Vector{UInt8}(undef, a + n + b)   # one write: no other task's output comes between
     copyto!(buf, 1, TO_STDERR, 1, a)
@@ -231,18 +238,18 @@ function Base.unsafe_write(s::KernelStdio, p::Ptr{UInt8}, n::UInt)
     write(PIPES["stdout"], buf)
     return Int(n)
 end
-Base.write(s::KernelStdio, b::UInt8) =
-    tagged(s) ? write(s, UInt8[b]) : (WRITTEN[] += 1; write(s.ctx.io, b))
-Base.flush(s::KernelStdio) = (tagged(s) && flush(PIPES["stdout"]); flush(s.ctx.io))
+Base.write(s::StdioContext, b::UInt8) =
+    tagged(s) ? write(s, UInt8[b]) : (WRITTEN[] += 1; write(s.io, b))
+Base.flush(s::StdioContext) = (tagged(s) && flush(PIPES["stdout"]); flush(s.io))
 
 # One write per println, as a terminal shows it: Base's println writes its text and then the
 # newline, and the supervisor, reading the pipe while Julia writes, would pass them on as two
 # outputs (a notebook then stores two stream outputs for one line). While writes are buffered
 # (a cell printing heavily) both land in the buffer anyway, and Base's println is faster.
-function Base.println(s::KernelStdio, xs...)
+function Base.println(s::StdioContext, xs...)
     BUFFERED[] && !tagged(s) && return invoke(println, Tuple{IO,Vararg{Any}}, s, xs...)
     buf = IOBuffer()
-    ctx = IOContext(buf, s.ctx)   # the same :color as the stream itself
+    ctx = IOContext(buf, s)   # the same :color as the stream itself
     for x in xs
         print(ctx, x)
     end
@@ -250,32 +257,22 @@ function Base.println(s::KernelStdio, xs...)
     write(s, take!(buf))
     return nothing
 end
-Base.pipe_reader(s::KernelStdio) = s.ctx.io
-Base.lock(s::KernelStdio) = lock(s.ctx.io)
-Base.unlock(s::KernelStdio) = unlock(s.ctx.io)
-Base.get(s::KernelStdio, key, default) = get(s.ctx, key, default)
-Base.haskey(s::KernelStdio, key) = haskey(s.ctx, key)
-Base.getindex(s::KernelStdio, key) = getindex(s.ctx, key)
-Base.in(kv::Pair, s::KernelStdio) = in(kv, s.ctx)
-Base.displaysize(s::KernelStdio) = displaysize(s.ctx)
-# IOContext(buf, stdout), as ConsoleLogger builds it, takes every property, not only :color.
-@static if isdefined(Base, :unwrapcontext)
-    Base.unwrapcontext(s::KernelStdio) = Base.unwrapcontext(s.ctx)
-end
 
 @static if !isdefined(Base, :RedirectStdStream)
     # Julia 1.5 and 1.6 redirect only to a LibuvStream or IOStream (1.5.3 base/stream.jl,
     # `redirect_stdout(handle::Union{LibuvStream, IOStream})`), so the usual
     # `old = stdout; redirect_stdout(pipe); ...; redirect_stdout(old)` (Suppressor.jl) would fail
-    # to restore. 1.7 and newer take any AbstractPipe: `(f::RedirectStdStream)(io::AbstractPipe)`
-    # in base/stream.jl (read in master, index ids 58584308272 and 1064575095).
-    function Base.redirect_stdout(s::KernelStdio)
-        redirect_stdout(Base.pipe_writer(s))
+    # to restore. 1.7 and newer take any AbstractPipe, an IOContext included:
+    # `(f::RedirectStdStream)(io::AbstractPipe)` redirects the fd to `pipe_writer(io)` and sets
+    # the global to `io` itself (JuliaLang/julia release-1.10, release-1.12 and master
+    # base/stream.jl).
+    function Base.redirect_stdout(s::StdioContext)
+        redirect_stdout(s.io)
         Core.eval(Base, :(stdout = $s))
         return s
     end
-    function Base.redirect_stderr(s::KernelStdio)
-        redirect_stderr(Base.pipe_writer(s))
+    function Base.redirect_stderr(s::StdioContext)
+        redirect_stderr(s.io)
         Core.eval(Base, :(stderr = $s))
         return s
     end
@@ -317,9 +314,10 @@ function redirect_output!()
     PIPES["stderr"] = wr_err
     line_buffer_c_stdout!()
     # Only the Julia objects change: fd 1 and 2 (C, child processes) already are the pipes.
-    Core.eval(Base, :(stdout = $(KernelStdio(wr_out, COLOR[]))))
-    Core.eval(Base, :(stderr = $(KernelStdio(wr_err, COLOR[], true))))
-    # The default logger captured the old stderr object: replace it.
+    Core.eval(Base, :(stdout = $(stdio_context(wr_out, COLOR[]))))
+    Core.eval(Base, :(stderr = $(stdio_context(wr_err, COLOR[]))))
+    # The default logger captured the old stderr object: replace it with Base's own logger
+    # (a logger of ours would be called from Base's loading world too).
     global_logger(ConsoleLogger(stderr))
     if !SUPERVISOR_READS[]
         @async pump(rd_out, "stdout")

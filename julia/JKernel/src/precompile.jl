@@ -16,7 +16,7 @@
 
 function precompile_workload()
     BT = Vector{Union{Ptr{Nothing},Base.InterpreterIP}}
-    PIPE_STDIO = KernelStdio{Base.PipeEndpoint}
+    PIPE_STDIO = StdioContext
     # start-up and the handshake
     precompile(main, (Vector{String},))
     precompile(serve, (Vector{String},))
@@ -24,8 +24,7 @@ function precompile_workload()
     precompile(redirect_output!, ())
     precompile(set_up_main!, ())
     precompile(install_interrupt_sink!, ())
-    precompile(KernelStdio, (Base.PipeEndpoint, Bool))
-    precompile(KernelStdio, (Base.PipeEndpoint, Bool, Bool))
+    precompile(stdio_context, (Base.PipeEndpoint, Bool))
     precompile(Base.flush, (PIPE_STDIO,))
     precompile(Base.println, (PIPE_STDIO, String))
     precompile(ConsoleLogger, (PIPE_STDIO,))

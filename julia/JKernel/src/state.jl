@@ -32,7 +32,7 @@ const PIPES = Dict{String,Any}()       # "stdout"/"stderr" => write end of our p
 # Filled in by __init__ with a random marker per process: a value made while precompiling would
 # be the same in every process that loads the cache.
 const MARK = UInt8[]
-const TO_STDERR = UInt8[]             # Julia's stderr in the stdout pipe (KernelStdio)
+const TO_STDERR = UInt8[]             # Julia's stderr in the stdout pipe (StdioContext)
 const TO_STDOUT = UInt8[]
 const MARKS_SEEN = Dict("stdout" => 0, "stderr" => 0)
 const MARKS_SENT = Ref(0)
