@@ -486,7 +486,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 JK_CAPTURE,
-                'tagged(s::StdioContext) = SUPERVISOR_READS[] && s.io === PIPES["stderr"]',
+                'tagged(s::StdioContext) = SUPERVISOR_READS[] && s.io === STDERR_PIPE[]',
                 "tagged(s::StdioContext) = false",
             ),
         ),
@@ -529,8 +529,8 @@ MUTANTS: tuple[Mutant, ...] = (
             # ... and read as ours, as `tagged` read KernelStdio's `err::Bool`
             Edit(
                 JK_CAPTURE,
-                'tagged(s::StdioContext) = SUPERVISOR_READS[] && s.io === PIPES["stderr"]',
-                'tagged(s::StdioContext) = !s.err && SUPERVISOR_READS[] && s.io === PIPES["stderr"]',
+                'tagged(s::StdioContext) = SUPERVISOR_READS[] && s.io === STDERR_PIPE[]',
+                'tagged(s::StdioContext) = !s.err && SUPERVISOR_READS[] && s.io === STDERR_PIPE[]',
             ),
         ),
         (f"{CT}::test_printing_and_logging_work",),

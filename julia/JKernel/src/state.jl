@@ -29,6 +29,7 @@ const INTERRUPTED_BEFORE_START = Ref(0) # id of a queued evaluation interrupted 
 const QUEUE = Channel{Tuple{Int,String,String,Bool}}(Inf)   # id, code, name, a named cell
 const INPUT_WAIT = Ref{Union{Nothing,Channel{Any}}}(nothing)
 const PIPES = Dict{String,Any}()       # "stdout"/"stderr" => write end of our pipe
+const STDERR_PIPE = Ref{Any}(nothing)  # PIPES["stderr"], read on every write (capture.jl)
 # Filled in by __init__ with a random marker per process: a value made while precompiling would
 # be the same in every process that loads the cache.
 const MARK = UInt8[]
