@@ -441,6 +441,11 @@ class JuliaSupervisor:
         return self._julia.info.get("julia_version") if self._julia else None
 
     @property
+    def julia_path(self) -> str | None:
+        """The Julia binary that runs, as Julia reports it: never a launcher such as juliaup's."""
+        return self._julia.info.get("julia_path") if self._julia else None
+
+    @property
     def log_path(self) -> Path | None:
         """Julia's own stdout/stderr before the server took them over (boot errors)."""
         return self._julia.log_path if self._julia else None
@@ -799,8 +804,9 @@ class JuliaSupervisor:
         # server.jl says in the log why it loaded from source (no cache yet, stale, unwritable).
         loaded = "its compile cache" if j.info.get("loaded_from") == "cache" else "source"
         log.info(
-            "Julia %s started (pid %s, JKernel from %s, log %s)",
+            "Julia %s started (%s, pid %s, JKernel from %s, log %s)",
             self.julia_version,
+            self.julia_path,
             proc.pid,
             loaded,
             log_path,

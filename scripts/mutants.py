@@ -555,6 +555,18 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{TI}::test_channel_writes_the_launcher_and_the_channel_first",),
     ),
     Mutant(
+        "M84",
+        "the kernel banner names the Julia binary that ran (Julia reports it)",
+        (Edit(JK_MAIN, "return joinpath(Sys.BINDIR, exename)", 'return "julia"  # mutant M84'),),
+        (f"{TI}::test_kernel_from_a_channel_spec_runs_the_channel",),
+    ),
+    Mutant(
+        "M85",
+        "the kernel banner names the Julia binary that ran (the kernel shows it)",
+        (Edit(KER, 'where = f" ({path})" if path else ""', 'where = ""  # mutant M85'),),
+        (f"{TI}::test_kernel_from_a_channel_spec_runs_the_channel",),
+    ),
+    Mutant(
         "M86",
         "the installer checks that the channel resolves, and says which channel and what to do",
         (

@@ -747,10 +747,10 @@ def test_julia_inside_juliaup_warns_that_an_update_removes_it(
 
 @pytest.mark.e2e
 def test_kernel_from_a_channel_spec_runs_the_channel(
-    prefix: Path, launcher_on_path: LauncherDouble
+    prefix: Path, julia: str, launcher_on_path: LauncherDouble
 ) -> None:
     """A kernel from a --channel spec starts Julia through the launcher with +1.10 as its first
-    argument, and runs a cell."""
+    argument, runs a cell, and its banner names the Julia binary that ran (not the launcher)."""
     assert run_install(prefix, "--channel", "1.10", "--no-precompile", "--name", "jl-channel") == 0
     km, kc = start_kernel("jl-channel")
     try:
@@ -758,8 +758,18 @@ def test_kernel_from_a_channel_spec_runs_the_channel(
         # wait_for_ready may leave kernel_info replies queued).
         reply = kc.execute("1 + 1", reply=True, timeout=_REPLY_TIMEOUT)["content"]
         assert reply["status"] == "ok", reply
+        info = kc.kernel_info(reply=True, timeout=_REPLY_TIMEOUT)["content"]
     finally:
         stop_kernel(km, kc)
+    real = subprocess.run(
+        [julia, "--startup-file=no", "-e", 'print(joinpath(Sys.BINDIR, "julia"))'],
+        capture_output=True,
+        text=True,
+        timeout=_SUBPROCESS_TIMEOUT,
+        check=True,
+    ).stdout
+    assert f"({real})" in info["banner"], info["banner"]
+    assert info["language_info"]["version"] in info["banner"]
     kernel_calls = [call for call in launcher_on_path.calls() if "--version" not in call]
     assert kernel_calls, "the kernel did not start Julia through the launcher"
     assert all(call[0] == "+1.10" for call in kernel_calls), kernel_calls
