@@ -8,7 +8,9 @@ and every Julia setting goes into the spec's ``env`` (``JUTUL_JKERNEL_JULIA``,
 display), where the kernel reads it at start-up.
 As IJulia's kernelspec does, Julia gets ``--color=yes`` and ``--project=@.`` (the notebook's
 project) unless ``--no-color`` or ``--project DIR`` say otherwise, and runs the user's startup
-file unless ``--no-startup-file`` is given.
+file unless ``--no-startup-file`` is given. ``--channel 1.10`` makes the command juliaup's
+launcher with ``+1.10`` (see :mod:`jutul_jkernel.juliaup`), so the kernel survives
+``juliaup update``; the installer never turns the launcher into the versioned Julia it runs.
 This module never works out Jupyter's data directories itself: ``KernelSpecManager`` picks the
 directory from ``--user``, ``--sys-prefix`` or ``--prefix``, as bash_kernel's installer does.
 """
@@ -31,7 +33,7 @@ from pathlib import Path
 
 from jupyter_client.kernelspec import KernelSpecManager
 
-from jutul_jkernel import _resources
+from jutul_jkernel import _resources, juliaup
 from jutul_jkernel._resources import kernelspec_dir
 
 _DEFAULT_NAME = "julia-supervised"
@@ -64,6 +66,18 @@ _EXIT_NOT_INSTALLED = 1
 _EXIT_JULIA_CHECK_FAILED = 2
 _EXIT_XVFB_MISSING = 3
 
+_HOW_TO_ADD_A_CHANNEL = (
+    "Add the channel with `juliaup add {channel}` (`juliaup list` shows every channel there\n"
+    "is, `juliaup status` the ones installed), or give --channel an installed one (release,\n"
+    "lts, 1.10, ...). Use --no-check to install the kernelspec without checking."
+)
+_NOT_A_LAUNCHER = (
+    "--channel needs juliaup's launcher as the julia, and {julia} does not look like one\n"
+    "(it is not julialauncher, nor a link to it, and has no juliaup beside it). Install Julia\n"
+    "with juliaup (https://julialang.org/install/) or pass --julia naming its launcher\n"
+    "(usually ~/.juliaup/bin/julia)."
+)
+
 _HOW_TO_GET_JULIA = (
     "Install Julia (https://julialang.org/install/, e.g. with juliaup) or pass --julia PATH\n"
     "naming a working julia executable; in a checkout of this project, `make setup` installs\n"
@@ -77,7 +91,8 @@ class JuliaCheckError(Exception):
 
 @dataclass(frozen=True)
 class _JuliaChoice:
-    """The julia to check, where it came from, and whether the spec pins it (``--julia``)."""
+    """The julia to check, where it came from, and whether the spec pins it (``--julia``, or
+    the launcher for ``--channel``)."""
 
     command: str
     source: str
@@ -106,6 +121,15 @@ def _env_assignment(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _channel_name(text: str) -> str:
+    """Accept a juliaup channel name, with or without its leading ``+``."""
+    name = text.removeprefix(juliaup.CHANNEL_PREFIX)
+    if juliaup.is_channel_name(name):
+        return name
+    msg = f"{text!r} is not a juliaup channel name (release, lts, 1.10, nightly, ...)"
+    raise argparse.ArgumentTypeError(msg)
+
+
 def _split_julia_args(text: str) -> list[str]:
     """Split ``--julia-args`` the way a POSIX shell would."""
     try:
@@ -124,7 +148,15 @@ def add_julia_options(parser: argparse.ArgumentParser, who: str) -> None:
     parser.add_argument(
         "--julia",
         metavar="PATH",
-        help=f"julia executable to run (default: `julia` on PATH when {who} starts)",
+        help=f"julia executable to run (default: `julia` on PATH when {who} starts); "
+        "juliaup's launcher is kept as given, never replaced by the Julia it picks",
+    )
+    parser.add_argument(
+        "--channel",
+        metavar="CHANNEL",
+        type=_channel_name,
+        help="juliaup channel (release, lts, 1.10, nightly, ...): run `julia +CHANNEL`, "
+        "juliaup's launcher with that channel, which follows `juliaup update`",
     )
     parser.add_argument(
         "--threads",
@@ -172,6 +204,8 @@ def _parser() -> argparse.ArgumentParser:
             "Examples:\n"
             "  python -m jutul_jkernel.install --sys-prefix --threads auto\n"
             "  python -m jutul_jkernel.install --julia ~/.juliaup/bin/julia --project .\n"
+            "  python -m jutul_jkernel.install --channel 1.10 --name julia-1.10 "
+            "--display-name 'Julia 1.10'\n"
             "  python -m jutul_jkernel.install --julia-args='-O3 --check-bounds=no'\n"
             "  python -m jutul_jkernel.install --uninstall"
         ),
@@ -241,16 +275,23 @@ def _parser() -> argparse.ArgumentParser:
 # ---- Julia ----
 
 
-def _choose_julia(julia: str | None) -> _JuliaChoice:
-    """Return the julia to check; ``--julia`` becomes an absolute path the spec pins."""
+def _choose_julia(julia: str | None, channel: str | None = None) -> _JuliaChoice:
+    """Return the julia to check; ``--julia`` becomes an absolute path the spec pins.
+
+    With ``--channel`` and no ``--julia``, the launcher found now is pinned: it stays where it
+    is through juliaup updates, and a Jupyter started from a desktop menu may not have it on
+    PATH (IJulia's channel kernels assumed it had, IJulia PR #1214).
+    """
     if julia is None:
         # Not pinned: the kernel looks julia up when it starts, so check what it would find now.
+        pinned = channel is not None
         from_env = os.environ.get(_ENV_JULIA)
         if from_env:
-            return _JuliaChoice(from_env, f"${_ENV_JULIA}", pinned=False)
-        return _JuliaChoice(shutil.which("julia") or "julia", "PATH", pinned=False)
+            return _JuliaChoice(from_env, f"${_ENV_JULIA}", pinned=pinned)
+        return _JuliaChoice(shutil.which("julia") or "julia", "PATH", pinned=pinned)
     if os.sep in julia or (os.altsep is not None and os.altsep in julia):
-        # abspath, not resolve: juliaup's `julia` is a launcher whose symlink must stay intact.
+        # abspath, never realpath: juliaup's `julia` is a launcher, often a link to
+        # `julialauncher`, and must not become the versioned Julia it runs.
         return _JuliaChoice(os.path.abspath(os.path.expanduser(julia)), "--julia", pinned=True)
     found = shutil.which(julia)
     # A bare name not on PATH stays bare: the check then fails naming it.
@@ -279,7 +320,7 @@ def check_julia(julia: str, julia_args: Sequence[str] = ()) -> str:
     ``julia_args`` go on the command line too, so a mistyped flag fails here rather than at
     every kernel start.
     """
-    command = [julia, "--startup-file=no", *julia_args, "-e", "print(VERSION)"]
+    command = juliaup.julia_argv(julia, ["--startup-file=no", *julia_args], "-e", "print(VERSION)")
     try:
         done = _run_julia(command, _CHECK_TIMEOUT)
     except OSError as exc:
@@ -294,6 +335,32 @@ def check_julia(julia: str, julia_args: Sequence[str] = ()) -> str:
             f"{shlex.join(command)} did not finish within {_CHECK_TIMEOUT:.0f} s; "
             f"its stderr ended with:\n{_tail(stderr)}"
         )
+        raise JuliaCheckError(msg) from None
+    version = done.stdout.strip()
+    if done.returncode != 0 or not version:
+        msg = (
+            f"{shlex.join(command)} {_describe_exit(done.returncode)}"
+            f"{'' if done.returncode else ' without printing a version'}; "
+            f"its stderr ended with:\n{_tail(done.stderr)}"
+        )
+        raise JuliaCheckError(msg)
+    return version
+
+
+def check_channel(launcher: str, channel: str) -> str:
+    """Run ``launcher +channel --version`` and return what it prints (``julia version 1.10.5``).
+
+    The launcher resolves the channel before Julia starts, so this fails fast, with juliaup's
+    own message, for a channel that is not installed or does not exist.
+    """
+    command = [launcher, juliaup.channel_argument(channel), "--version"]
+    try:
+        done = _run_julia(command, _CHECK_TIMEOUT)
+    except OSError as exc:
+        msg = f"could not run {launcher}: {exc.strerror or exc}."
+        raise JuliaCheckError(msg) from None
+    except subprocess.TimeoutExpired:
+        msg = f"{shlex.join(command)} did not finish within {_CHECK_TIMEOUT:.0f} s"
         raise JuliaCheckError(msg) from None
     version = done.stdout.strip()
     if done.returncode != 0 or not version:
@@ -330,13 +397,12 @@ def precompile_server(
     The cache goes to JKernel's own depot (see server.jl); with ``julia_args`` the flags the
     kernel runs with, so that the cache matches them. Returns None when the cache is ready.
     """
-    command = [
+    command = juliaup.julia_argv(
         julia,
-        "--startup-file=no",
-        *julia_args,
+        ["--startup-file=no", *julia_args],
         str(_resources.server_script()),
         "--precompile",
-    ]
+    )
     try:
         done = _run_julia(command, _PRECOMPILE_TIMEOUT, env)
     except OSError as exc:
@@ -392,7 +458,11 @@ def _check_xvfb(xvfb: str) -> str | None:
 def _env_conflict(args: argparse.Namespace) -> str | None:
     """Return an error if an ``--env`` key is also set by its own option, else None."""
     owned = {
-        _ENV_JULIA: "--julia" if args.julia is not None else None,
+        _ENV_JULIA: "--julia"
+        if args.julia is not None
+        else "--channel (which pins juliaup's launcher)"
+        if args.channel is not None
+        else None,
         _ENV_THREADS: "--threads" if args.threads is not None else None,
         # Always written: --project has a default (and the kernel's --color too).
         _ENV_JULIA_ARGS: "the Julia arguments the installer writes "
@@ -406,9 +476,12 @@ def _env_conflict(args: argparse.Namespace) -> str | None:
 
 
 def julia_flags(args: argparse.Namespace) -> list[str]:
-    """Julia's arguments from the options: colour (the kernel's installer only), project,
-    startup file, then ``--julia-args``."""
+    """Julia's arguments from the options: ``+channel`` (juliaup's launcher takes it first),
+    colour (the kernel's installer only), project, startup file, then ``--julia-args``."""
     extra: list[str] = []
+    channel = getattr(args, "channel", None)
+    if channel is not None:
+        extra.append(juliaup.channel_argument(channel))
     if hasattr(args, "no_color"):
         extra.append("--color=no" if args.no_color else "--color=yes")
     # "@." and other "@name" values are Julia's own environment names, not paths.
@@ -445,26 +518,69 @@ def _location(args: argparse.Namespace) -> tuple[bool, str | None, str]:
     return True, None, "--user"
 
 
+def _check_channel_or_say_why(julia: _JuliaChoice, channel: str) -> str | None:
+    """Check that ``julia +channel`` resolves; return its version line, or None after printing
+    what failed and what to do."""
+    try:
+        return check_channel(julia.command, channel)
+    except JuliaCheckError as exc:
+        advice = _HOW_TO_ADD_A_CHANNEL.format(channel=channel)
+        if not juliaup.is_launcher(julia.command):
+            advice = _NOT_A_LAUNCHER.format(julia=julia.command) + "\n" + advice
+        print(
+            f"error: the juliaup channel {channel!r} did not resolve; nothing installed.\n"
+            f"  tried: {julia.command} {juliaup.channel_argument(channel)} --version "
+            f"(the launcher from {julia.source})\n"
+            f"  what happened: {exc}\n\n{advice}",
+            file=sys.stderr,
+        )
+        return None
+
+
+def _warn_if_juliaup_will_move_it(julia: _JuliaChoice, version: str | None) -> None:
+    """Warn when the pinned julia lives in a directory that ``juliaup update`` replaces."""
+    managed = juliaup.managed_julia(julia.command) if julia.pinned else None
+    if managed is None:
+        return
+    major_minor = ".".join(version.split(".")[:2]) if version else "1.10"
+    print(
+        f"warning: {julia.command} is a Julia that juliaup installed ({managed}); the next "
+        "`juliaup update` removes it and this kernel stops starting. Install with "
+        f"--channel {major_minor} instead (juliaup's launcher then picks the newest "
+        f"{major_minor}), or pass --julia naming the launcher (usually ~/.juliaup/bin/julia).",
+        file=sys.stderr,
+    )
+
+
 def _install(args: argparse.Namespace) -> int:
-    julia = _choose_julia(args.julia)
+    julia = _choose_julia(args.julia, args.channel)
     julia_args = julia_flags(args)
+    # What the spec starts, as a shell would show it: the launcher and its +channel, if any.
+    channel_args = [] if args.channel is None else [juliaup.channel_argument(args.channel)]
+    shown = shlex.join([julia.command, *channel_args])
     version: str | None = None
+    if not args.no_check and args.channel is not None:
+        channel_version = _check_channel_or_say_why(julia, args.channel)
+        if channel_version is None:
+            return _EXIT_JULIA_CHECK_FAILED
+        print(f"juliaup channel {args.channel!r}: {channel_version} ({julia.command})")
     if not args.no_check:
         try:
             version = check_julia(julia.command, julia_args)
         except JuliaCheckError as exc:
             blame_args = (
                 f"\nIf that julia works on its own, the arguments the kernelspec gives it "
-                f"({shlex.join(julia_args)}; from --project, --no-color, --no-startup-file and "
-                "--julia-args) are at fault."
+                f"({shlex.join(julia_args)}; from --channel, --project, --no-color, "
+                "--no-startup-file and --julia-args) are at fault."
             )
             print(
                 f"error: checking Julia failed; nothing installed.\n"
-                f"  tried: {julia.command} (from {julia.source})\n"
+                f"  tried: {shown} (from {julia.source})\n"
                 f"  what happened: {exc}\n\n{_HOW_TO_GET_JULIA}{blame_args}",
                 file=sys.stderr,
             )
             return _EXIT_JULIA_CHECK_FAILED
+        _warn_if_juliaup_will_move_it(julia, version)
     elif julia.pinned and not os.path.isabs(julia.command):
         print(f"warning: {julia.command!r} is not on PATH now; the kernelspec keeps the bare name.")
     if args.xvfb is not None and not args.no_check:
@@ -497,7 +613,7 @@ def _install(args: argparse.Namespace) -> int:
 
     print(f"Installed kernelspec {args.name!r} ({args.display_name}) in {destination} [{where}]")
     if version is not None:
-        print(f"Julia {version} found at {julia.command}")
+        print(f"Julia {version} found at {shown}")
         if not args.no_precompile:
             problem = precompile_server(julia.command, julia_args, dict(args.env))
             if problem is None:
@@ -509,7 +625,7 @@ def _install(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
     else:
-        print(f"Julia not checked (--no-check); the kernel will run {julia.command}")
+        print(f"Julia not checked (--no-check); the kernel will run {shown}")
     if not julia.pinned:
         print(
             f"No --julia given: the kernel runs the julia it finds (${_ENV_JULIA}, else PATH) "

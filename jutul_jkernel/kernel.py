@@ -255,8 +255,12 @@ class JuliaKernel(Kernel):
     @property
     def banner(self) -> str:  # type: ignore[override]
         version = self.supervisor.julia_version or "(not started)"
+        # The binary Julia reports, not the command the spec names: with juliaup's launcher
+        # (`julia +1.10`) this says which Julia the channel chose.
+        path = self.supervisor.julia_path
+        where = f" ({path})" if path else ""
         return (
-            f"Julia {version}, supervised by jutul-jkernel {__version__}.\n"
+            f"Julia {version}{where}, supervised by jutul-jkernel {__version__}.\n"
             "Interrupts keep your variables; if Julia crashes the cell says why and the next "
             "cell starts a fresh Julia."
         )

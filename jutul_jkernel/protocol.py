@@ -26,7 +26,7 @@ class FrameKind(enum.Enum):
 
     # Julia -> Python
     RDY = "RDY"  # RDY <token> 0: handshake, always the first frame
-    INF = "INF"  # INF <n>: JSON facts about the Julia process (version, pid, threads)
+    INF = "INF"  # INF <n>: JSON facts about the Julia process (version, binary, pid, threads)
     OUT = "OUT"  # OUT <stdout|stderr> <n>: live output bytes, in order within each stream
     DSP = "DSP"  # DSP <id> <n>: JSON display_data / update_display_data for evaluation <id>
     CLR = "CLR"  # CLR <id> <wait 0|1> 0: clear_output for evaluation <id>

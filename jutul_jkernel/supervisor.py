@@ -41,6 +41,7 @@ import psutil
 
 from . import _resources
 from .capture import OutputPipes, make_pipe, marker_prefix, new_marker
+from .juliaup import julia_argv
 from .protocol import Decoder, Frame, FrameKind, ProtocolError, encode, inner_frame
 
 log = logging.getLogger(__name__)
@@ -349,7 +350,8 @@ class JuliaSupervisor:
     """Start, feed, interrupt, restart and stop one Julia process.
 
     ``julia`` defaults to ``$JUTUL_JKERNEL_JULIA`` or ``julia`` on PATH; ``julia_args`` are
-    extra command-line flags (``--project=...``, ``--sysimage=...``), added to those in
+    extra command-line flags (``--project=...``, ``--sysimage=...``; a ``+channel`` for
+    juliaup's launcher goes first on the command line), added to those in
     ``$JUTUL_JKERNEL_JULIA_ARGS``; ``threads`` defaults to ``$JUTUL_JKERNEL_THREADS`` or
     physical cores minus one; ``startup_timeout`` defaults to
     ``$JUTUL_JKERNEL_STARTUP_TIMEOUT`` or 60 s. ``on_stray_output`` receives output printed
@@ -437,6 +439,11 @@ class JuliaSupervisor:
     @property
     def julia_version(self) -> str | None:
         return self._julia.info.get("julia_version") if self._julia else None
+
+    @property
+    def julia_path(self) -> str | None:
+        """The Julia binary that runs, as Julia reports it: never a launcher such as juliaup's."""
+        return self._julia.info.get("julia_path") if self._julia else None
 
     @property
     def log_path(self) -> Path | None:
@@ -613,17 +620,19 @@ class JuliaSupervisor:
         return self._next_id
 
     def _argv(self, port: int) -> list[str]:
+        # which() finds the PATH entry and keeps it as it is: juliaup's `julia` is a launcher
+        # (often a link to `julialauncher`), which must never become the versioned binary.
         julia = shutil.which(self.julia) or self.julia
         # Julia itself never runs the startup file: an error in it would end server.jl before
         # the handshake. The server runs it in the first cell instead (see _child_env).
         julia_args, _ = _split_startup_file_flag(self.julia_args)
-        return [
+        # julia_argv puts a `+channel` first, the one place juliaup's launcher looks for it.
+        return julia_argv(
             julia,
-            "--startup-file=no",
-            *julia_args,
+            ["--startup-file=no", *julia_args],
             str(_resources.server_script()),
             str(port),
-        ]
+        )
 
     def _child_env(self, token: str) -> dict[str, str]:
         env = {**os.environ, **self.env}
@@ -795,8 +804,9 @@ class JuliaSupervisor:
         # server.jl says in the log why it loaded from source (no cache yet, stale, unwritable).
         loaded = "its compile cache" if j.info.get("loaded_from") == "cache" else "source"
         log.info(
-            "Julia %s started (pid %s, JKernel from %s, log %s)",
+            "Julia %s started (%s, pid %s, JKernel from %s, log %s)",
             self.julia_version,
+            self.julia_path,
             proc.pid,
             loaded,
             log_path,

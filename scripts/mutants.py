@@ -72,6 +72,8 @@ EL = "tests/test_early_launch.py"
 CAP = "jutul_jkernel/capture.py"
 JK_CAPTURE = "julia/JKernel/src/capture.jl"
 CT = "tests/test_contracts.py"
+INS = "jutul_jkernel/install.py"
+TI = "tests/test_install.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -552,6 +554,85 @@ MUTANTS: tuple[Mutant, ...] = (
         "an interrupt landing while the cell handles another still ends the cell with a result",
         (Edit(JK_EVAL, "is_interrupt(e) || rethrow()\n        INTERRUPTED", "rethrow()"),),
         (f"{SJ}::test_an_interrupt_landing_while_the_first_is_handled_still_ends_the_cell",),
+    ),
+    Mutant(
+        "M80",
+        "--julia naming juliaup's launcher is written as given, never resolved",
+        (
+            Edit(
+                INS,
+                "return _JuliaChoice(os.path.abspath(os.path.expanduser(julia)),",
+                "return _JuliaChoice(os.path.realpath(os.path.expanduser(julia)),",
+            ),
+        ),
+        (f"{TI}::test_julia_given_the_launcher_is_written_as_given",),
+    ),
+    Mutant(
+        "M81",
+        "install --channel 1.10 writes `julia +1.10`",
+        (
+            Edit(
+                INS,
+                "extra.append(juliaup.channel_argument(channel))",
+                "pass  # mutant M81",
+            ),
+        ),
+        (f"{TI}::test_channel_writes_the_launcher_and_the_channel_first",),
+    ),
+    Mutant(
+        "M82",
+        "the +channel reaches Julia's command line first, where juliaup's launcher looks for it",
+        (
+            Edit(
+                SUP,
+                'julia, ["--startup-file=no", *julia_args],',
+                'julia, ["--startup-file=no"], *julia_args,  # mutant M82',
+            ),
+        ),
+        (f"{TI}::test_kernel_from_a_channel_spec_runs_the_channel",),
+    ),
+    Mutant(
+        "M83",
+        "install --channel pins the launcher found on PATH as found, never resolved",
+        (
+            Edit(
+                INS,
+                'return _JuliaChoice(shutil.which("julia") or "julia", "PATH", pinned=pinned)',
+                'return _JuliaChoice(os.path.realpath(shutil.which("julia") or "julia"), "PATH",'
+                " pinned=pinned)  # mutant M83",
+            ),
+        ),
+        (f"{TI}::test_channel_writes_the_launcher_and_the_channel_first",),
+    ),
+    Mutant(
+        "M84",
+        "the kernel banner names the Julia binary that ran (Julia reports it)",
+        (Edit(JK_MAIN, "return joinpath(Sys.BINDIR, exename)", 'return "julia"  # mutant M84'),),
+        (f"{TI}::test_kernel_from_a_channel_spec_runs_the_channel",),
+    ),
+    Mutant(
+        "M85",
+        "the kernel banner names the Julia binary that ran (the kernel shows it)",
+        (Edit(KER, 'where = f" ({path})" if path else ""', 'where = ""  # mutant M85'),),
+        (f"{TI}::test_kernel_from_a_channel_spec_runs_the_channel",),
+    ),
+    Mutant(
+        "M86",
+        "the installer checks that the channel resolves, and says which channel and what to do",
+        (
+            Edit(
+                INS,
+                "if not args.no_check and args.channel is not None:",
+                "if False:  # mutant M86",
+            ),
+        ),
+        (f"{TI}::test_unknown_channel_fails_naming_it",),
+    ),
+    Mutant(
+        "M87",
+        "a --julia inside juliaup's versioned folders is installed with a warning to use --channel",
+        (Edit(INS, "_warn_if_juliaup_will_move_it(julia, version)", "pass  # mutant M87"),),
+        (f"{TI}::test_julia_inside_juliaup_warns_that_an_update_removes_it",),
     ),
 )
 

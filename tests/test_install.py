@@ -24,10 +24,13 @@ from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 from jutul_jkernel import install
 from jutul_jkernel._resources import kernelspec_dir
 
+from .conftest import start_kernel, stop_kernel
+
 NAME = "julia-supervised"
 DEFAULT_JULIA_ARGS = "--color=yes --project=@."
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _SUBPROCESS_TIMEOUT = 60.0
+_REPLY_TIMEOUT = 30.0
 
 
 @pytest.fixture
@@ -578,3 +581,195 @@ def test_env_conflicting_with_xvfb_exits_2(
     assert exit_info.value.code == 2
     assert "--xvfb" in capsys.readouterr().err
     assert not is_installed()
+
+
+# ---- juliaup channels, through a test double of juliaup's launcher ----
+
+# juliaup cannot be installed here (no network registry for it), so these tests run a test
+# double of its launcher: a script that handles its arguments as JuliaLang/juliaup master
+# src/bin/julialauncher.rs does. Only a first argument `+channel` selects a channel; an unknown
+# channel ends with the launcher's own message and status 1; the other arguments go to Julia,
+# which replaces the launcher's process (exec), as on Linux and macOS. Every channel it knows
+# runs the one Julia these machines have. It appends each argv it gets to a log, one JSON list
+# a line, so a test sees what the installer and the kernel gave it.
+_LAUNCHER_CHANNELS = ("release", "lts", "1.10")
+_LAUNCHER_DOUBLE = """#!{python}
+# Test double for juliaup's launcher: see tests/test_install.py.
+import json, os, sys
+with open({log!r}, "a", encoding="utf-8") as log:
+    log.write(json.dumps(sys.argv[1:]) + "\\n")
+args = sys.argv[1:]
+if args and args[0].startswith("+"):
+    channel, args = args[0][1:], args[1:]
+    if channel not in {channels!r}:
+        sys.stderr.write(
+            f"ERROR: Invalid Juliaup channel `{{channel}}`. Please run `juliaup list` to get a "
+            "list of valid channels and versions.\\n"
+        )
+        sys.exit(1)
+os.execv({julia!r}, [{julia!r}, *args])
+"""
+
+
+class LauncherDouble:
+    """A stand-in for juliaup's launcher in its own bin folder: ``julialauncher``, and ``julia``
+    a link to it, as juliaup's installer and Homebrew's formula lay them out."""
+
+    def __init__(self, root: Path, julia: str) -> None:
+        self.bin = root / "juliaup-bin"
+        self.bin.mkdir()
+        self.log = root / "launcher-argv.log"
+        self.log.touch()
+        target = self.bin / "julialauncher"
+        target.write_text(
+            _LAUNCHER_DOUBLE.format(
+                python=sys.executable, log=str(self.log), channels=_LAUNCHER_CHANNELS, julia=julia
+            ),
+            encoding="utf-8",
+        )
+        target.chmod(0o755)
+        self.julia = self.bin / "julia"
+        self.julia.symlink_to("julialauncher")
+
+    def calls(self) -> list[list[str]]:
+        """Every argv (without the program name) the launcher was started with, in order."""
+        lines = self.log.read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines]
+
+
+@pytest.fixture
+def launcher(tmp_path: Path, julia: str) -> LauncherDouble:
+    return LauncherDouble(tmp_path, julia)
+
+
+@pytest.fixture
+def launcher_on_path(launcher: LauncherDouble, monkeypatch: pytest.MonkeyPatch) -> LauncherDouble:
+    """The launcher double is the `julia` on PATH, as after juliaup's installer."""
+    monkeypatch.setenv("PATH", f"{launcher.bin}{os.pathsep}{os.environ['PATH']}")
+    return launcher
+
+
+def spec_julia_command(name: str = NAME) -> list[str]:
+    """The Julia command line a kernel from this spec starts with, before its own flags."""
+    env = spec_env(name)
+    return [env["JUTUL_JKERNEL_JULIA"], *shlex.split(env["JUTUL_JKERNEL_JULIA_ARGS"])]
+
+
+@pytest.mark.integration
+def test_channel_writes_the_launcher_and_the_channel_first(
+    prefix: Path, launcher_on_path: LauncherDouble, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--channel 1.10 pins the launcher found on PATH, as found (the link, not what it links
+    to), with +1.10 right after it; the installer checked the channel through the launcher."""
+    assert run_install(prefix, "--channel", "1.10", "--no-precompile") == 0
+    assert spec_julia_command() == [
+        str(launcher_on_path.julia),
+        "+1.10",
+        "--color=yes",
+        "--project=@.",
+    ]
+    calls = launcher_on_path.calls()
+    assert calls[0] == ["+1.10", "--version"]
+    assert all(call[0] == "+1.10" for call in calls)
+    out = capsys.readouterr().out
+    assert "juliaup channel '1.10': julia version 1." in out
+    assert f"found at {launcher_on_path.julia} +1.10" in out
+
+
+@pytest.mark.integration
+def test_julia_given_the_launcher_is_written_as_given(
+    prefix: Path, launcher: LauncherDouble
+) -> None:
+    """--julia naming juliaup's launcher (a link to julialauncher) is never resolved: the spec
+    names the link, so a juliaup update or reinstall behind it changes nothing."""
+    given = str(launcher.julia)
+    assert run_install(prefix, "--julia", given, "--channel", "lts", "--no-precompile") == 0
+    assert spec_julia_command()[:2] == [str(launcher.julia), "+lts"]
+    assert run_install(prefix, "--julia", str(launcher.julia), "--no-precompile") == 0
+    assert spec_env()["JUTUL_JKERNEL_JULIA"] == str(launcher.julia)
+
+
+@pytest.mark.integration
+def test_unknown_channel_fails_naming_it(
+    prefix: Path, launcher_on_path: LauncherDouble, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A channel the launcher does not resolve: status 2, the channel, the launcher's own
+    words, and how to add it; nothing installed."""
+    assert run_install(prefix, "--channel", "9.99") == 2
+    err = capsys.readouterr().err
+    assert "the juliaup channel '9.99' did not resolve; nothing installed" in err
+    assert f"tried: {launcher_on_path.julia} +9.99 --version" in err
+    assert "Invalid Juliaup channel `9.99`" in err  # quoted from the launcher's stderr
+    assert "juliaup add 9.99" in err
+    assert "does not look like" not in err  # it is a launcher: the channel is at fault
+    assert not is_installed()
+
+
+@pytest.mark.integration
+def test_channel_with_a_julia_that_is_no_launcher_says_so(
+    prefix: Path, julia: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plain julia takes +1.10 for a file to run: the error says a launcher is needed."""
+    assert run_install(prefix, "--julia", julia, "--channel", "1.10") == 2
+    err = capsys.readouterr().err
+    assert "the juliaup channel '1.10' did not resolve" in err
+    assert f"{julia} does not look like one" in err
+    assert "~/.juliaup/bin/julia" in err
+    assert not is_installed()
+
+
+def test_channel_name_is_checked(prefix: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A channel name with a space or a slash is a usage error; a leading + is accepted."""
+    for bad in ("1 10", "../x", ""):
+        with pytest.raises(SystemExit) as exit_info:
+            run_install(prefix, "--no-check", "--channel", bad)
+        assert exit_info.value.code == 2
+        assert "is not a juliaup channel name" in capsys.readouterr().err
+    assert run_install(prefix, "--no-check", "--channel", "+release") == 0
+    assert shlex.split(spec_env()["JUTUL_JKERNEL_JULIA_ARGS"])[0] == "+release"
+
+
+@pytest.mark.integration
+def test_julia_inside_juliaup_warns_that_an_update_removes_it(
+    prefix: Path, julia: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --julia in juliaup's versioned folder (here a link to the real one) installs, with a
+    warning that suggests the channel of its version."""
+    versioned = tmp_path / ".julia" / "juliaup" / "julia-1.5.3+0.x64.linux.gnu" / "bin"
+    versioned.mkdir(parents=True)
+    (versioned / "julia").symlink_to(julia)
+    assert run_install(prefix, "--julia", str(versioned / "julia"), "--no-precompile") == 0
+    err = capsys.readouterr().err
+    assert "julia-1.5.3+0.x64.linux.gnu" in err
+    assert "--channel 1.5" in err
+    assert spec_env()["JUTUL_JKERNEL_JULIA"] == str(versioned / "julia")
+
+
+@pytest.mark.e2e
+def test_kernel_from_a_channel_spec_runs_the_channel(
+    prefix: Path, julia: str, launcher_on_path: LauncherDouble
+) -> None:
+    """A kernel from a --channel spec starts Julia through the launcher with +1.10 as its first
+    argument, runs a cell, and its banner names the Julia binary that ran (not the launcher)."""
+    assert run_install(prefix, "--channel", "1.10", "--no-precompile", "--name", "jl-channel") == 0
+    km, kc = start_kernel("jl-channel")
+    try:
+        # reply=True reads shell replies until the one to this request (start_kernel's
+        # wait_for_ready may leave kernel_info replies queued).
+        reply = kc.execute("1 + 1", reply=True, timeout=_REPLY_TIMEOUT)["content"]
+        assert reply["status"] == "ok", reply
+        info = kc.kernel_info(reply=True, timeout=_REPLY_TIMEOUT)["content"]
+    finally:
+        stop_kernel(km, kc)
+    real = subprocess.run(
+        [julia, "--startup-file=no", "-e", 'print(joinpath(Sys.BINDIR, "julia"))'],
+        capture_output=True,
+        text=True,
+        timeout=_SUBPROCESS_TIMEOUT,
+        check=True,
+    ).stdout
+    assert f"({real})" in info["banner"], info["banner"]
+    assert info["language_info"]["version"] in info["banner"]
+    kernel_calls = [call for call in launcher_on_path.calls() if "--version" not in call]
+    assert kernel_calls, "the kernel did not start Julia through the launcher"
+    assert all(call[0] == "+1.10" for call in kernel_calls), kernel_calls

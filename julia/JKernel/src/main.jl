@@ -12,6 +12,22 @@ end
 
 main(args = ARGS) = outside_cancel_scope(() -> serve(args))
 
+"""
+    running_julia_path()
+
+The path of the Julia binary that runs this server, for the kernel's banner: the supervisor may
+have started a launcher (juliaup's `julia +1.10`) that chose it.
+"""
+function running_julia_path()
+    # Sys.BINDIR is documented (doc/src/base/constants.md) and set at start-up from
+    # jl_get_julia_bindir on JuliaLang/julia release-1.10, release-1.12 and master
+    # (base/sysinfo.jl). Base.julia_exename is internal, the same on those three branches
+    # (base/util.jl: "julia", "julia-debug" for a debug build, ".exe" on Windows).
+    exename = isdefined(Base, :julia_exename) ? Base.julia_exename() :
+              Sys.iswindows() ? "julia.exe" : "julia"
+    return joinpath(Sys.BINDIR, exename)
+end
+
 """Names cells see without qualification: `In`, `Out`, `IJulia`, and `err` where Julia has none."""
 function set_up_main!()
     SOFTSCOPE[] = !(lowercase(get(ENV, "JUTUL_JKERNEL_SOFTSCOPE", "yes")) in ("no", "0", "false", "off"))
@@ -59,6 +75,7 @@ function serve(args)
     precompile(forward_interrupt, ())
     send_frame("RDY", token)
     send_frame("INF", "", json(Dict("julia_version" => string(VERSION), "pid" => getpid(),
+                                    "julia_path" => running_julia_path(),
                                     "threads" => Threads.nthreads(),
                                     "loaded_from" => LOADED_FROM[])))
     EVAL_TASK[] = @async eval_loop()   # after the handshake: its warm-up must not delay it

@@ -6,7 +6,8 @@
 #
 # Julia -> Python
 #   RDY <token> 0                  handshake, always the first frame
-#   INF <n>                        JSON: julia_version, pid, threads, loaded_from (cache|source)
+#   INF <n>                        JSON: julia_version, julia_path (the running binary), pid,
+#                                  threads, loaded_from (cache|source)
 #   OUT <stdout|stderr> <n>        live bytes written to fd 1 / fd 2 (Julia, C, child processes),
 #                                  only where the supervisor cannot read those pipes (Windows)
 #   MRK <m> <n>                    the payload is one whole frame (or nothing) that comes after
