@@ -495,6 +495,18 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{SJ}::test_stdout_and_stderr_keep_their_order",),
     ),
     Mutant(
+        "M90",
+        "an interrupt reaches the user's post-error hooks (stop pressed again during one)",
+        (
+            Edit(
+                JK_EVAL,
+                "IN_USER[] = true\n            try\n                for hook in copy(POSTERROR_HOOKS)",
+                "try\n                for hook in copy(POSTERROR_HOOKS)",
+            ),
+        ),
+        (f"{SJ}::test_a_second_stop_during_a_slow_post_error_hook_ends_the_cell",),
+    ),
+    Mutant(
         "M48",
         "stdout and stderr are Base types, so Base's loading world can print to them and pass "
         "them to a compiling child (Julia 1.10+, audit N10)",

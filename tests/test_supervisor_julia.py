@@ -711,6 +711,32 @@ async def test_an_interrupt_landing_while_the_first_is_handled_still_ends_the_ce
     assert (result.status, result.interrupt_path) == ("interrupted", "frame")
     assert (await run(julia, "IJulia.pop_posterror_hook(slow_hook); kept")).text == "5"
 
+async def test_a_second_stop_during_a_slow_post_error_hook_ends_the_cell(
+    julia: JuliaSupervisor, tmp_path: Path
+) -> None:
+    """Stop pressed again while a post-error hook of the first interrupt still runs (user code,
+    here one that waits): the INT frame reaches the hook and the cell ends; state is kept."""
+    stopped, in_hook = StartSignal(tmp_path), StartSignal(tmp_path)
+    try:
+        await run(
+            julia,
+            f"kept = 6; slow_hook2() = ({in_hook.julia}; sleep(1000)); "
+            "IJulia.push_posterror_hook(slow_hook2); nothing",
+        )
+        task = asyncio.create_task(julia.execute(f"{stopped.julia}; sleep(1000)", name="In[2]"))
+        await stopped.wait_async(CELL_BOUND)
+        await julia.interrupt()
+        await in_hook.wait_async(INTERRUPT_BOUND)
+        await julia.interrupt()
+        result = await asyncio.wait_for(task, INTERRUPT_BOUND)
+    finally:
+        stopped.close()
+        in_hook.close()
+    assert result.status == "interrupted", result
+    assert result.state_kept, result
+    assert (await run(julia, "IJulia.pop_posterror_hook(slow_hook2); kept")).text == "6"
+
+
 # ---- deaths ----
 
 

@@ -152,8 +152,16 @@ function run_cell(mod::Module, code::String, filename::String, cell::Int = 0)
         status == "int" && CURRENT[] != 0 && Base.invokelatest(interrupt_remote_workers)
         if cell > 0
             quietly(() -> set_err!(e))
-            for hook in copy(POSTERROR_HOOKS)
-                quietly(() -> Base.invokelatest(hook))
+            # Hooks are user code: an interrupt that lands in another task (SIGINT goes to
+            # whichever task last waited) is forwarded to them only while IN_USER is set;
+            # otherwise it stayed pending behind a hook that waits (seen 1 in 6 runs).
+            IN_USER[] = true
+            try
+                for hook in copy(POSTERROR_HOOKS)
+                    quietly(() -> Base.invokelatest(hook))
+                end
+            finally
+                IN_USER[] = false
             end
         end
         report = try
