@@ -482,7 +482,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M46",
         "Julia's prints to stdout and stderr keep their order (stderr rides in the stdout pipe)",
-        (Edit(JK_CAPTURE, "tagged(s::KernelStdio) = s.err && SUPERVISOR_READS[]", "tagged(s::KernelStdio) = false"),),
+        (
+            Edit(
+                JK_CAPTURE,
+                "tagged(s::KernelStdio) = s.to_stderr && SUPERVISOR_READS[]",
+                "tagged(s::KernelStdio) = false",
+            ),
+        ),
         (f"{SJ}::test_stdout_and_stderr_keep_their_order",),
     ),
     Mutant(

@@ -196,7 +196,7 @@ function line_buffer_c_stdout!()
 end
 
 """
-    KernelStdio(pipe, color, err=false)
+    KernelStdio(pipe, color, to_stderr=false)
 
 What user code sees as `stdout` / `stderr`: the pipe fd 1 or fd 2 is, plus the IOContext
 property a terminal would give it (`:color`), so `printstyled`, the logging macros and
@@ -206,10 +206,13 @@ the pipe itself, and `redirect_stdout(old)` after a user's own redirect restores
 """
 struct KernelStdio{T<:IO} <: Base.AbstractPipe
     ctx::IOContext{T}
-    err::Bool
+    # Not `err`: Base >= 1.7 reserves in/out/err(_stream) on an AbstractPipe, and
+    # getproperty(::AbstractPipe, :err) asserts an IO (JuliaLang/julia base/io.jl,
+    # release-1.10 to master; audit N1). tests/test_surface.py holds every IO type of ours to it.
+    to_stderr::Bool
 end
-KernelStdio(pipe::IO, color::Bool, err::Bool = false) =
-    KernelStdio(IOContext(pipe, :color => color), err)
+KernelStdio(pipe::IO, color::Bool, to_stderr::Bool = false) =
+    KernelStdio(IOContext(pipe, :color => color), to_stderr)
 
 Base.pipe_writer(s::KernelStdio) = s.ctx.io
 
@@ -217,7 +220,7 @@ Base.pipe_writer(s::KernelStdio) = s.ctx.io
 # supervisor reads the pipes: it reads two pipes in no particular order, and a cell's prints to
 # stdout and stderr must keep theirs. fd 2 itself (C, child processes: `pipe_writer`) stays
 # the stderr pipe.
-tagged(s::KernelStdio) = s.err && SUPERVISOR_READS[]
+tagged(s::KernelStdio) = s.to_stderr && SUPERVISOR_READS[]
 
 # Writes are counted for the buffering switch (flusher_loop): how fast Julia code prints.
 function Base.unsafe_write(s::KernelStdio, p::Ptr{UInt8}, n::UInt)
