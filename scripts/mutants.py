@@ -71,6 +71,9 @@ MAIN = "jutul_jkernel/__main__.py"
 EL = "tests/test_early_launch.py"
 CAP = "jutul_jkernel/capture.py"
 JK_CAPTURE = "julia/JKernel/src/capture.jl"
+JK_PROGRESS = "julia/JKernel/src/progress.jl"
+JK_STDIN = "julia/JKernel/src/stdin.jl"
+SURF = "tests/test_surface.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -508,6 +511,31 @@ MUTANTS: tuple[Mutant, ...] = (
         "an interrupt landing while the cell handles another still ends the cell with a result",
         (Edit(JK_EVAL, "is_interrupt(e) || rethrow()\n        INTERRUPTED", "rethrow()"),),
         (f"{SJ}::test_an_interrupt_landing_while_the_first_is_handled_still_ends_the_cell",),
+    ),
+    Mutant(
+        "M60",
+        "the Julia side uses no outside name that julia/JKernel/surface.toml does not list",
+        (
+            Edit(
+                JK_PROGRESS,
+                "const PROGRESS_WIDTH = 30",
+                # a method body: defined, never run, so the package still compiles
+                "const PROGRESS_WIDTH = 30\nmutant_m60() = Base.uv_eventloop()",
+            ),
+        ),
+        (f"{SURF}::test_every_outside_name_the_julia_side_uses_is_listed",),
+    ),
+    Mutant(
+        "M61",
+        "no IO subtype of ours has a field Base reserves on pipes (in/out/err, audit N1)",
+        (
+            Edit(
+                JK_STDIN,
+                "mutable struct KernelStdin <: IO\n    buf::IOBuffer",
+                "mutable struct KernelStdin <: IO\n    err::IOBuffer",
+            ),
+        ),
+        (f"{SURF}::test_no_io_subtype_of_ours_has_a_field_base_reserves",),
     ),
 )
 
