@@ -74,6 +74,9 @@ JK_CAPTURE = "julia/JKernel/src/capture.jl"
 CT = "tests/test_contracts.py"
 INS = "jutul_jkernel/install.py"
 TI = "tests/test_install.py"
+JK_PROGRESS = "julia/JKernel/src/progress.jl"
+JK_STDIN = "julia/JKernel/src/stdin.jl"
+SURF = "tests/test_surface.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -645,6 +648,31 @@ MUTANTS: tuple[Mutant, ...] = (
         "a --julia inside juliaup's versioned folders is installed with a warning to use --channel",
         (Edit(INS, "_warn_if_juliaup_will_move_it(julia, version)", "pass  # mutant M87"),),
         (f"{TI}::test_julia_inside_juliaup_warns_that_an_update_removes_it",),
+    ),
+    Mutant(
+        "M60",
+        "the Julia side uses no outside name that julia/JKernel/surface.toml does not list",
+        (
+            Edit(
+                JK_PROGRESS,
+                "const PROGRESS_WIDTH = 30",
+                # a method body: defined, never run, so the package still compiles
+                "const PROGRESS_WIDTH = 30\nmutant_m60() = Base.uv_eventloop()",
+            ),
+        ),
+        (f"{SURF}::test_every_outside_name_the_julia_side_uses_is_listed",),
+    ),
+    Mutant(
+        "M61",
+        "no IO subtype of ours has a field Base reserves on pipes (in/out/err, audit N1)",
+        (
+            Edit(
+                JK_STDIN,
+                "mutable struct KernelStdin <: IO\n    buf::IOBuffer",
+                "mutable struct KernelStdin <: IO\n    err::IOBuffer",
+            ),
+        ),
+        (f"{SURF}::test_no_io_subtype_of_ours_has_a_field_base_reserves",),
     ),
 )
 
