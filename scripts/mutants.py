@@ -77,6 +77,8 @@ TI = "tests/test_install.py"
 JK_PROGRESS = "julia/JKernel/src/progress.jl"
 JK_STDIN = "julia/JKernel/src/stdin.jl"
 SURF = "tests/test_surface.py"
+DOCTOR = "jutul_jkernel/doctor.py"
+DOC = "tests/test_doctor.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -673,6 +675,28 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (f"{SURF}::test_no_io_subtype_of_ours_has_a_field_base_reserves",),
+    ),
+    Mutant(
+        "M70",
+        "the doctor passes on this Julia, and fails a row when a cell's stdout goes nowhere",
+        (
+            Edit(
+                SUP,
+                "elif ex is not None and ex.on_output is not None: ex.on_output(name, data)",
+                'elif ex is not None and ex.on_output is not None and name != "stdout":  '
+                "# mutant M70\n            ex.on_output(name, data)",
+            ),
+        ),
+        (f"{DOC}::test_every_check_passes_on_this_julia",),
+    ),
+    Mutant(
+        "M72",
+        "the doctor exits non-zero when any check fails",
+        (Edit(DOCTOR, "return 0 if report.ok else 1", "return 0  # mutant M72"),),
+        (
+            f"{DOC}::test_a_julia_that_cannot_start_fails_every_check",
+            f"{DOC}::test_a_failing_check_is_reported_and_the_others_still_run",
+        ),
     ),
 )
 
