@@ -70,6 +70,8 @@ _PROBE = "JKernelDoctorProbe"
 _PROBE_UUID = "6a1e9f3c-2b7d-4c58-9e0a-d4f1b8c27e65"
 
 _PROJECT_NAME = "jutul-jkernel"
+# The error of every row after a start that failed.
+_NOT_RUN = "not run: Julia did not start"
 
 # The `using` row's cell. Its value says whether a compiled cache file landed in the fresh depot.
 _USING_FRESH_PACKAGE = """
@@ -581,7 +583,7 @@ async def diagnose(
         report.julia_version = sup.julia_version
         if not started:
             for label, _ in doctor.rows():
-                add(CheckResult(label, False, 0.0, "not run: Julia did not start"))
+                add(CheckResult(label, False, 0.0, _NOT_RUN))
             return report
         try:
             where = await asyncio.wait_for(sup.execute(_JULIA_PATH), timeout)
@@ -690,9 +692,12 @@ def summary(report: Report) -> list[str]:
     on = f"Julia {report.julia_version or '?'} ({report.julia_path or report.julia_given})"
     if not bad:
         return [f"doctor: {n}/{n} checks passed on {on}"]
+    shown = [row for row in bad if row.error != _NOT_RUN]
+    not_run = len(bad) - len(shown)
     return [
         f"doctor: {len(bad)} of {n} checks FAILED on {on}:",
-        *(f"  {line}" for row in bad for line in row_line(row).splitlines()),
+        *(f"  {line}" for row in shown for line in row_line(row).splitlines()),
+        *([f"  ({not_run} more checks not run: Julia did not start)"] if not_run else []),
         "  " + where_to_report(),
     ]
 

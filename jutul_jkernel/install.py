@@ -11,6 +11,8 @@ project) unless ``--no-color`` or ``--project DIR`` say otherwise, and runs the 
 file unless ``--no-startup-file`` is given. ``--channel 1.10`` makes the command juliaup's
 launcher with ``+1.10`` (see :mod:`jutul_jkernel.juliaup`), so the kernel survives
 ``juliaup update``; the installer never turns the launcher into the versioned Julia it runs.
+After compiling the Julia side it runs the doctor (:mod:`jutul_jkernel.doctor`) once with
+those settings and prints its one-line summary.
 This module never works out Jupyter's data directories itself: ``KernelSpecManager`` picks the
 directory from ``--user``, ``--sys-prefix`` or ``--prefix``, as bash_kernel's installer does.
 """
@@ -261,13 +263,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-check",
         action="store_true",
-        help="do not check that julia runs (nor that --xvfb's Xvfb exists) before installing",
+        help="do not check that julia runs (nor that --xvfb's Xvfb exists) before installing, "
+        "nor run the doctor after",
     )
     parser.add_argument(
         "--no-precompile",
         action="store_true",
         help="do not compile the Julia side now (the first kernel start compiles it instead); "
         "implied by --no-check",
+    )
+    parser.add_argument(
+        "--no-doctor",
+        action="store_true",
+        help="do not run the doctor (python -m jutul_jkernel.doctor: every path a notebook "
+        "takes, checked on this Julia) after compiling; implied by --no-check and "
+        "--no-precompile",
     )
     return parser
 
@@ -415,6 +425,27 @@ def precompile_server(
             f"its output ended with:\n{_tail(done.stdout + done.stderr)}"
         )
     return None
+
+
+def _run_doctor(args: argparse.Namespace, julia: str, julia_args: list[str]) -> None:
+    """Run the doctor once on the Julia and settings the kernelspec names; print one line, or
+    the failing rows and where to report them. Skipped without a compiled Julia side: the
+    doctor's kernel would compile it in the background, which --no-precompile defers."""
+    how = "run `python -m jutul_jkernel.doctor` with the same Julia options to check it"
+    if args.no_doctor or args.no_precompile:
+        flag = "--no-doctor" if args.no_doctor else "--no-precompile"
+        print(f"doctor: not run ({flag}); {how}")
+        return
+    # Imported here: the doctor takes its command line from this module's Julia options.
+    from jutul_jkernel import doctor
+
+    print("doctor: checking every path a notebook takes on this Julia...", flush=True)
+    report = doctor.run(julia, julia_args, threads=args.threads, env=dict(args.env) or None)
+    lines = doctor.summary(report)
+    if report.ok:
+        print(*lines, sep="\n")
+    else:
+        print(*lines, f"  For the full report, {how}.", sep="\n", file=sys.stderr)
 
 
 # ---- kernelspec ----
@@ -624,6 +655,7 @@ def _install(args: argparse.Namespace) -> int:
                     f"source (slower start) and retry in the background.\n  {problem}",
                     file=sys.stderr,
                 )
+        _run_doctor(args, julia.command, julia_args)
     else:
         print(f"Julia not checked (--no-check); the kernel will run {shown}")
     if not julia.pinned:

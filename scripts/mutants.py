@@ -690,6 +690,18 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{DOC}::test_every_check_passes_on_this_julia",),
     ),
     Mutant(
+        "M71",
+        "the installer runs the doctor after compiling and prints its summary line",
+        (
+            Edit(
+                "jutul_jkernel/install.py",
+                "_run_doctor(args, julia.command, julia_args)",
+                "pass  # mutant M71",
+            ),
+        ),
+        ("tests/test_install.py::test_install_runs_the_doctor_and_prints_one_line",),
+    ),
+    Mutant(
         "M72",
         "the doctor exits non-zero when any check fails",
         (Edit(DOCTOR, "return 0 if report.ok else 1", "return 0  # mutant M72"),),

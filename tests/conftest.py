@@ -131,6 +131,8 @@ def install_spec(prefix: Path, name: str, *args: str) -> None:
             str(prefix),
             "--name",
             name,
+            # The doctor (seconds per install) has tests of its own: test_doctor, test_install.
+            "--no-doctor",
             *args,
         ],
         capture_output=True,

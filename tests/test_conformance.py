@@ -213,6 +213,7 @@ class JuliaKernelConformance(jupyter_kernel_test.KernelTests):
                     cls._prefix,
                     "--name",
                     KERNEL_NAME,
+                    "--no-doctor",  # tested in test_doctor.py; seconds per install
                 ],
                 capture_output=True,
                 text=True,

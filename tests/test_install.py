@@ -25,6 +25,7 @@ from jutul_jkernel import install
 from jutul_jkernel._resources import kernelspec_dir
 
 from .conftest import start_kernel, stop_kernel
+from .test_doctor import ROWS, julia_binary
 
 NAME = "julia-supervised"
 DEFAULT_JULIA_ARGS = "--color=yes --project=@."
@@ -56,8 +57,9 @@ def julia() -> str:
     return os.path.abspath(found)
 
 
-def run_install(prefix: Path, *args: str) -> int:
-    return install.main(["--prefix", str(prefix), *args])
+def run_install(prefix: Path, *args: str, doctor: bool = False) -> int:
+    """Install into ``prefix``; without the doctor (seconds) unless asked: it has its tests."""
+    return install.main(["--prefix", str(prefix), *args, *([] if doctor else ["--no-doctor"])])
 
 
 def installed_spec(name: str = NAME) -> dict[str, object]:
@@ -293,6 +295,64 @@ def test_default_julia_args_pass_the_julia_check(prefix: Path, julia: str) -> No
     assert run_install(prefix) == 0
 
 
+# ---- the doctor after installing ----
+
+
+@pytest.mark.integration
+def test_install_runs_the_doctor_and_prints_one_line(
+    prefix: Path, julia: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After compiling the Julia side the installer runs the doctor once and prints one line:
+    every check passed, on which Julia (the binary that ran, as Julia names it)."""
+    assert run_install(prefix, doctor=True) == 0
+    out = capsys.readouterr().out
+    version = install.check_julia(julia)
+    n = len(ROWS)
+    want = f"doctor: {n}/{n} checks passed on Julia {version} ({julia_binary()})"
+    assert [line for line in out.splitlines() if line.startswith("doctor: ")][-1] == want, out
+
+
+@pytest.mark.integration
+def test_a_failing_doctor_names_its_rows_and_where_to_report(
+    prefix: Path, julia: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A julia that answers the version check but cannot run the server: the kernelspec is
+    still installed, and the installer lists the failing row, with its reason, and where to
+    report it (the rows after a failed start are counted, not listed)."""
+    wrapper = tmp_path / "julia"
+    wrapper.write_text(
+        '#!/bin/sh\ncase "$*" in *server.jl*) echo "this julia runs no server" >&2; exit 7;; esac\n'
+        f'exec "{julia}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    assert run_install(prefix, "--julia", str(wrapper), doctor=True) == 0
+    assert is_installed()
+    err = capsys.readouterr().err
+    n = len(ROWS)
+    assert f"doctor: {n} of {n} checks FAILED on Julia ? ({wrapper}):" in err, err
+    failing = err.split("doctor: ", 1)[1]
+    assert "FAIL" in failing and "start: Julia starts" in failing, err
+    assert "exited with status 7" in failing and "this julia runs no server" in failing, err
+    assert f"({n - 1} more checks not run: Julia did not start)" in failing, err
+    assert "Please report this at" in failing
+    assert "python -m jutul_jkernel.doctor" in failing
+
+
+@pytest.mark.integration
+def test_no_check_no_doctor_and_no_precompile_skip_the_doctor(
+    prefix: Path, julia: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--no-check runs nothing; --no-doctor and --no-precompile say how to run it instead."""
+    assert run_install(prefix, "--no-check", doctor=True) == 0
+    assert not [line for line in capsys.readouterr().out.splitlines() if "doctor:" in line]
+    assert run_install(prefix, "--no-doctor", doctor=True) == 0
+    assert "doctor: not run (--no-doctor); run `python -m jutul_jkernel.doctor`" in (
+        capsys.readouterr().out
+    )
+    assert run_install(prefix, "--no-precompile", doctor=True) == 0
+    assert "doctor: not run (--no-precompile)" in capsys.readouterr().out
+
+
 def test_default_location_is_user(prefix: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With no location flag the spec goes to the (redirected) per-user kernel dir."""
     monkeypatch.delenv("JUPYTER_PATH")
@@ -340,7 +400,7 @@ def test_module_entry_point(prefix: Path) -> None:
     env = os.environ.copy()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     done = subprocess.run(
-        [sys.executable, "-m", "jutul_jkernel.install", "--prefix", str(prefix)],
+        [sys.executable, "-m", "jutul_jkernel.install", "--prefix", str(prefix), "--no-doctor"],
         capture_output=True,
         text=True,
         timeout=_SUBPROCESS_TIMEOUT,

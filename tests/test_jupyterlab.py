@@ -137,7 +137,8 @@ def _lab_environment(base: Path) -> dict[str, str]:
     """Install the kernelspec under ``base`` and return an environment that sees only it."""
     prefix = base / "prefix"
     done = subprocess.run(
-        [sys.executable, "-m", "jutul_jkernel.install", "--prefix", str(prefix)],
+        # --no-doctor: tested in test_doctor.py, and seconds per install.
+        [sys.executable, "-m", "jutul_jkernel.install", "--prefix", str(prefix), "--no-doctor"],
         capture_output=True,
         text=True,
         timeout=120,
