@@ -31,6 +31,8 @@ test: setup-test
 
 demo: setup
 	$(PY) examples/supervisor_demo.py
+# The doctor: every path a notebook takes, checked on this Julia, one line each.
+	$(PY) -m jutul_jkernel.doctor
 	$(PY) -m jutul_jkernel.install --sys-prefix
 # JUPYTER_PATH first, or a julia-supervised spec in the user's own Jupyter directory would win.
 	JUPYTER_PATH="$(CURDIR)/$(VENV)/share/jupyter$${JUPYTER_PATH:+:$$JUPYTER_PATH}" \
