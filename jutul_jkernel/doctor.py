@@ -42,6 +42,7 @@ from .install import add_julia_options, julia_flags
 from .supervisor import (
     ExecutionResult,
     JuliaDiedError,
+    JuliaStartupError,
     JuliaSupervisor,
     _split_startup_file_flag,  # the supervisor's own rule, so that bare julia matches it
 )
@@ -51,6 +52,9 @@ from .supervisor import (
 # on 1.10+ or a cold disk; a cell past this is interrupted by the supervisor (which restarts
 # Julia if it must), the row fails, and the next check goes on.
 _CHECK_TIMEOUT = 120.0
+# After a check timed out, how long to wait for Julia to answer again: the supervisor's whole
+# interrupt escalation (about a minute at worst, ending in a restart) and a fresh start.
+_SETTLE_WAIT = 150.0
 # Bare `julia -e nothing` is timed this many times; the fastest counts (the first run may
 # read Julia from a cold disk, which the supervisor's start then does not).
 _BARE_RUNS = 2
@@ -122,6 +126,7 @@ class CheckResult:
     ok: bool
     millis: float
     error: str = ""
+    timed_out: bool = False
 
 
 @dataclass
@@ -495,10 +500,22 @@ async def _timed(label: str, check: Callable[[], Awaitable[None]], timeout: floa
     except CheckFailed as exc:
         return CheckResult(label, False, _ms(t0), str(exc))
     except (TimeoutError, asyncio.TimeoutError):
-        return CheckResult(label, False, _ms(t0), f"no answer within {timeout:g} s")
+        return CheckResult(label, False, _ms(t0), f"no answer within {timeout:g} s", True)
     except Exception as exc:  # Julia died, would not start, or broke the protocol: a FAIL too
         return CheckResult(label, False, _ms(t0), f"{type(exc).__name__}: {exc}")
     return CheckResult(label, True, _ms(t0))
+
+
+async def _settle(sup: JuliaSupervisor) -> None:
+    """After a check timed out: wait, outside any check's clock, until Julia answers again.
+
+    The supervisor interrupts the abandoned cell (restarting Julia if it must) and holds the
+    next execution until then; without this wait the next check would spend its own time
+    on that.
+    """
+    # Named failures only: the next checks fail too then, and say how.
+    with contextlib.suppress(JuliaDiedError, JuliaStartupError, TimeoutError, asyncio.TimeoutError):
+        await asyncio.wait_for(sup.execute("nothing"), _SETTLE_WAIT)
 
 
 def _ms(t0: float) -> float:
@@ -593,7 +610,10 @@ async def diagnose(
             if where.status == "ok":
                 report.julia_path = _julia_unquote(where.text)
         for label, check in doctor.rows():
-            add(await _timed(label, check, timeout))
+            row = await _timed(label, check, timeout)
+            add(row)
+            if row.timed_out:
+                await _settle(sup)
         return report
     finally:
         await sup.shutdown()
