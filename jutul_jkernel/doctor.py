@@ -462,7 +462,7 @@ class _Doctor:
         finally:
             if not task.done():
                 task.cancel()  # the supervisor interrupts a cancelled cell itself
-                with contextlib.suppress(BaseException):
+                with contextlib.suppress(asyncio.CancelledError, JuliaDiedError):
                     await task
         r = cell.result
         assert r is not None
@@ -596,12 +596,15 @@ async def diagnose(
 
         # A start may load JKernel from source (no compile cache yet): give it the
         # supervisor's own start-up bound on top of a check's.
-        add(await _timed(start_label, start, timeout + sup.startup_timeout))
+        first = await _timed(start_label, start, timeout + sup.startup_timeout)
+        add(first)
         report.julia_version = sup.julia_version
         if not started:
             for label, _ in doctor.rows():
                 add(CheckResult(label, False, 0.0, _NOT_RUN))
             return report
+        if first.timed_out:
+            await _settle(sup)
         try:
             where = await asyncio.wait_for(sup.execute(_JULIA_PATH), timeout)
         except (JuliaDiedError, TimeoutError, asyncio.TimeoutError):
