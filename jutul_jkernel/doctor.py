@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from .install import add_julia_options, julia_flags
+from .juliaup import julia_argv, split_channel
 from .supervisor import (
     ExecutionResult,
     JuliaDiedError,
@@ -206,13 +207,6 @@ def _julia_string(text: str) -> str:
     """A Julia string literal holding ``text`` (``$`` and ``\\`` escaped too)."""
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
     return f'"{escaped}"'
-
-
-def _julia_unquote(text: str) -> str:
-    """The string a Julia string's REPL text (``"C:\\\\julia"``) shows."""
-    if len(text) < 2 or text[0] != '"' or text[-1] != '"':
-        return text
-    return re.sub(r"\\(.)", r"\1", text[1:-1])
 
 
 def _colour_wanted(julia_args: Sequence[str]) -> bool:
@@ -549,15 +543,6 @@ async def _bare_start(command: list[str]) -> tuple[float | None, str | None]:
     return best, None
 
 
-_JULIA_PATH = (
-    # The julia binary that runs: Sys.BINDIR (public, documented in base/sysinfo.jl) and
-    # Base.julia_exename() ("julia", "julia.exe", "julia-debug"; base/util.jl, where
-    # julia_cmd's default uses the same join). Both read in JuliaLang/julia release-1.10,
-    # release-1.12 and master; julia_exename is internal, so it is gated on existing.
-    "isdefined(Base, :julia_exename) ? joinpath(Sys.BINDIR, Base.julia_exename()) : Sys.BINDIR"
-)
-
-
 async def diagnose(
     sup: JuliaSupervisor,
     *,
@@ -565,8 +550,11 @@ async def diagnose(
     on_row: Callable[[CheckResult], None] | None = None,
 ) -> Report:
     """Run every check on ``sup`` (not yet started), in order; shut it down at the end."""
+    # As the supervisor runs it: PATH's entry as it is (juliaup's launcher stays the
+    # launcher), and a `+channel` first.
     julia = shutil.which(sup.julia) or sup.julia
-    report = Report(julia_given=julia)
+    channel, _ = split_channel(sup.julia_args)
+    report = Report(julia_given=shlex.join(julia_argv(julia, [channel] if channel else [])))
 
     def add(row: CheckResult) -> None:
         report.results.append(row)
@@ -576,8 +564,8 @@ async def diagnose(
     # Julia's own start, measured like bench's baseline: the same startup-file choice as the
     # supervisor's Julia (which runs the startup file in its first cell).
     _, wants_startup = _split_startup_file_flag(sup.julia_args)
-    flags = [] if wants_startup else ["--startup-file=no"]
-    report.bare_command = [julia, *flags, "-e", "nothing"]
+    flags = [*([channel] if channel else []), *([] if wants_startup else ["--startup-file=no"])]
+    report.bare_command = julia_argv(julia, flags, "-e", "nothing")
     report.bare_ms, report.bare_error = await _bare_start(report.bare_command)
 
     doctor = _Doctor(sup, _colour_wanted(sup.julia_args))
@@ -598,20 +586,15 @@ async def diagnose(
         # supervisor's own start-up bound on top of a check's.
         first = await _timed(start_label, start, timeout + sup.startup_timeout)
         add(first)
-        report.julia_version = sup.julia_version
+        # The Julia that ran, as its server reported it (INF): the binary behind its
+        # Sys.BINDIR, never a launcher.
+        report.julia_version, report.julia_path = sup.julia_version, sup.julia_path
         if not started:
             for label, _ in doctor.rows():
                 add(CheckResult(label, False, 0.0, _NOT_RUN))
             return report
         if first.timed_out:
             await _settle(sup)
-        try:
-            where = await asyncio.wait_for(sup.execute(_JULIA_PATH), timeout)
-        except (JuliaDiedError, TimeoutError, asyncio.TimeoutError):
-            pass  # the rows say what is wrong; the report then names the julia given
-        else:
-            if where.status == "ok":
-                report.julia_path = _julia_unquote(where.text)
         for label, check in doctor.rows():
             row = await _timed(label, check, timeout)
             add(row)

@@ -702,6 +702,24 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_install.py::test_install_runs_the_doctor_and_prints_one_line",),
     ),
     Mutant(
+        "M73",
+        "the doctor's bare `julia -e nothing` runs the same juliaup channel as its kernel",
+        (Edit(DOCTOR, "flags = [*([channel] if channel else []),", "flags = [  # mutant M73"),),
+        ("tests/test_install.py::test_doctor_through_a_channel_names_the_julia_that_ran",),
+    ),
+    Mutant(
+        "M74",
+        "the doctor names the Julia binary that ran (the server's report), never the launcher",
+        (
+            Edit(
+                DOCTOR,
+                "report.julia_version, report.julia_path = sup.julia_version, sup.julia_path",
+                "report.julia_version = sup.julia_version  # mutant M74",
+            ),
+        ),
+        ("tests/test_install.py::test_doctor_through_a_channel_names_the_julia_that_ran",),
+    ),
+    Mutant(
         "M72",
         "the doctor exits non-zero when any check fails",
         (Edit(DOCTOR, "return 0 if report.ok else 1", "return 0  # mutant M72"),),

@@ -833,3 +833,22 @@ def test_kernel_from_a_channel_spec_runs_the_channel(
     kernel_calls = [call for call in launcher_on_path.calls() if "--version" not in call]
     assert kernel_calls, "the kernel did not start Julia through the launcher"
     assert all(call[0] == "+1.10" for call in kernel_calls), kernel_calls
+
+
+@pytest.mark.integration
+def test_doctor_through_a_channel_names_the_julia_that_ran(
+    prefix: Path, launcher_on_path: LauncherDouble, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --channel, the installer's doctor starts Julia (and its bare `julia -e nothing`)
+    through the launcher with +1.10 first, and its line names the binary that ran, not the
+    launcher."""
+    assert run_install(prefix, "--channel", "1.10", doctor=True) == 0
+    out = capsys.readouterr().out
+    n = len(ROWS)
+    version = install.check_julia(str(launcher_on_path.julia), ["+1.10"])
+    want = f"doctor: {n}/{n} checks passed on Julia {version} ({julia_binary()})"
+    assert [line for line in out.splitlines() if line.startswith("doctor: ")][-1] == want, out
+    calls = launcher_on_path.calls()
+    assert ["+1.10", "-e", "nothing"] in calls, calls
+    servers = [call for call in calls if any(a.endswith("server.jl") for a in call)]
+    assert servers and all(call[0] == "+1.10" for call in servers), calls
