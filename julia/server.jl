@@ -1,6 +1,6 @@
 # server.jl: start the Julia end of jutul-jkernel, the JKernel package beside this file.
 #
-#     julia [flags] server.jl <port>          serve one kernel (JKernel.main; see JKernel/src)
+#     julia [flags] server.jl <socket|port>   serve one kernel (JKernel.main; see JKernel/src)
 #     julia [flags] server.jl --precompile    write JKernel's compile cache, then exit
 #
 # The compile cache lives in a depot of its own: $JUTUL_JKERNEL_DEPOT, or by default

@@ -1,7 +1,12 @@
-"""The kernel application: ipykernel's IPKernelApp, with a bounded wait for its control thread."""
+"""The kernel application: ipykernel's IPKernelApp, with a bounded wait for its control thread
+and no IOPub pipe (so no TCP port beyond the connection file's five)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from ipykernel import kernelapp
+from ipykernel.iostream import IOPubThread
 from ipykernel.kernelapp import IPKernelApp
 
 # How long close() waits for the control thread to finish the request it is handling. It
@@ -10,8 +15,16 @@ from ipykernel.kernelapp import IPKernelApp
 _CONTROL_STOP_WAIT = 1.0
 
 
+class _IOPubThreadWithoutPipe(IOPubThread):  # type: ignore[misc]
+    """ipykernel's IOPub thread, never with the pipe that init_iopub asks for."""
+
+    def __init__(self, socket: Any, pipe: bool = False, **kwargs: Any) -> None:
+        super().__init__(socket, pipe=False, **kwargs)
+
+
 class JuliaKernelApp(IPKernelApp):  # type: ignore[misc]
-    """IPKernelApp whose close() never waits for the control thread without a bound.
+    """IPKernelApp whose close() never waits for the control thread without a bound, and
+    which binds no TCP port but the five of its connection file.
 
     After a shutdown_request, ipykernel 7.4's close() joins the control thread with no timeout.
     In 3 of 25 shutdowns of a kernel whose Julia was spinning, at load 2, that thread was still
@@ -20,6 +33,24 @@ class JuliaKernelApp(IPKernelApp):  # type: ignore[misc]
     known). The kernel process then never exited, and jupyter_client had to kill it. The control
     thread is a daemon thread: once the wait is over, it no longer holds the process.
     """
+
+    def init_iopub(self, context: Any) -> None:
+        """ipykernel's init_iopub, with an IOPub thread that has no pipe.
+
+        The pipe carries the output of forked Python children written through OutStream; this
+        kernel has no OutStream (``__main__.app_options``), so nothing would ever use it. Yet
+        setting it up binds a random TCP port on 127.0.0.1, and before the heartbeat's port is
+        bound: kernels starting together then take each other's connection-file ports now and
+        then, and the loser dies with "Address already in use" (jupyter_client#487;
+        rendezvous.py has the whole story). init_iopub names the class through its module, so
+        the class is swapped there for the length of the call.
+        """
+        original = kernelapp.IOPubThread
+        kernelapp.IOPubThread = _IOPubThreadWithoutPipe
+        try:
+            super().init_iopub(context)
+        finally:
+            kernelapp.IOPubThread = original
 
     def close(self) -> None:
         control = self.control_thread

@@ -1,4 +1,4 @@
-"""The frame format spoken on the one loopback TCP connection between Python and ``server.jl``.
+"""The frame format spoken on the one connection between Python and ``server.jl``.
 
 Every message is a frame: an ASCII header line ``KIND arg... NBYTES\\n`` followed by exactly
 NBYTES payload bytes. No payload ever travels as a bare line, so frames are binary-safe and their

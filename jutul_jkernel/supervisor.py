@@ -1,4 +1,4 @@
-"""Own one Julia process running ``server.jl`` and its TCP connection; know nothing of Jupyter.
+"""Own one Julia process running ``server.jl`` and its connection; know nothing of Jupyter.
 
 The supervisor starts Julia in its own process group, checks the handshake, sends code and
 routes what comes back: live output to a callback, one :class:`ExecutionResult` per execution.
@@ -43,6 +43,7 @@ from . import _resources
 from .capture import OutputPipes, make_pipe, marker_prefix, new_marker
 from .juliaup import julia_argv
 from .protocol import Decoder, Frame, FrameKind, ProtocolError, encode, inner_frame
+from .rendezvous import Rendezvous
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +248,7 @@ class _Launch:
     """A Julia process spawned but not yet connected (see :meth:`JuliaSupervisor.launch`)."""
 
     popen: subprocess.Popen[bytes]
-    listener: socket.socket
+    listener: Rendezvous
     token: str
     log_path: Path
     pipe_fds: dict[str, int] | None  # read ends of Julia's fd 1 and fd 2 (POSIX)
@@ -619,7 +620,7 @@ class JuliaSupervisor:
         self._next_id += 1
         return self._next_id
 
-    def _argv(self, port: int) -> list[str]:
+    def _argv(self, address: str) -> list[str]:
         # which() finds the PATH entry and keeps it as it is: juliaup's `julia` is a launcher
         # (often a link to `julialauncher`), which must never become the versioned binary.
         julia = shutil.which(self.julia) or self.julia
@@ -631,7 +632,7 @@ class JuliaSupervisor:
             julia,
             ["--startup-file=no", *julia_args],
             str(_resources.server_script()),
-            str(port),
+            address,
         )
 
     def _child_env(self, token: str) -> dict[str, str]:
@@ -669,11 +670,12 @@ class JuliaSupervisor:
         """Spawn Julia with a listener for it to connect to; no event loop needed."""
         token = secrets.token_hex(16)
         log_path = self._new_log()
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        listener.setblocking(False)
-        argv = self._argv(listener.getsockname()[1])
+        try:
+            listener = Rendezvous()
+        except OSError as exc:
+            msg = f"could not open a socket for Julia to connect to: {exc}"
+            raise JuliaStartupError(msg) from exc
+        argv = self._argv(listener.address)
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         env = self._child_env(token)
         kwargs: dict[str, Any] = {}
@@ -786,7 +788,8 @@ class JuliaSupervisor:
             raise
         finally:
             listener.close()
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if listener.is_tcp:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         j.reader, j.writer = await asyncio.open_connection(sock=conn, limit=_READ_CHUNK_BYTES)
         self._julia = j
         self._needs_sync = False  # no SIGINT of ours is in flight to a new Julia
@@ -813,7 +816,7 @@ class JuliaSupervisor:
         )
 
     async def _accept(
-        self, j: _Julia, listener: socket.socket, token: str
+        self, j: _Julia, listener: Rendezvous, token: str
     ) -> tuple[socket.socket, Decoder, list[Frame]]:
         """Accept connections until one opens with RDY and our token."""
         loop = asyncio.get_running_loop()
@@ -821,7 +824,7 @@ class JuliaSupervisor:
         pending: asyncio.Future[tuple[socket.socket, Any]] | None = None
         try:
             while True:
-                pending = asyncio.ensure_future(loop.sock_accept(listener))
+                pending = asyncio.ensure_future(loop.sock_accept(listener.socket))
                 await asyncio.wait({pending, exited}, return_when=asyncio.FIRST_COMPLETED)
                 if not pending.done():
                     msg = (
@@ -830,6 +833,7 @@ class JuliaSupervisor:
                     )
                     raise JuliaStartupError(msg)
                 conn, peer = pending.result()
+                peer = listener.describe(peer)
                 pending = None
                 decoder = Decoder()
                 keep = False

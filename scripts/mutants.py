@@ -79,6 +79,8 @@ JK_STDIN = "julia/JKernel/src/stdin.jl"
 SURF = "tests/test_surface.py"
 DOCTOR = "jutul_jkernel/doctor.py"
 DOC = "tests/test_doctor.py"
+RDV = "jutul_jkernel/rendezvous.py"
+APP = "jutul_jkernel/app.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -269,7 +271,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M17",
         "Julia does not outlive a killed supervisor",
-        (Edit(JK_MAIN, "watch_parent!() sock = connect(", "sock = connect("),),
+        (Edit(JK_MAIN, "watch_parent!() SOCK[] = connect_supervisor(", "SOCK[] = connect_supervisor("),),
         (f"{SJ}::test_julia_does_not_outlive_a_killed_supervisor",),
     ),
     Mutant(
@@ -727,6 +729,22 @@ MUTANTS: tuple[Mutant, ...] = (
             f"{DOC}::test_a_julia_that_cannot_start_fails_every_check",
             f"{DOC}::test_a_failing_check_is_reported_and_the_others_still_run",
         ),
+    ),
+    Mutant(
+        "M91",
+        "on POSIX Julia connects through a private Unix socket: the supervisor binds no TCP port "
+        "that a starting kernel's connection file may name (jupyter_client#487)",
+        (Edit(RDV, 'if _IS_WINDOWS or not hasattr(socket, "AF_UNIX"):', "if True:  # mutant M91"),),
+        (
+            "tests/test_security.py::test_julia_connects_through_a_unix_socket_only_the_user_can_reach",
+            "tests/test_security.py::test_a_kernel_binds_no_tcp_port_but_its_connection_files",
+        ),
+    ),
+    Mutant(
+        "M92",
+        "the kernel binds no TCP port beyond its connection file's five (no IOPub pipe)",
+        (Edit(APP, "kernelapp.IOPubThread = _IOPubThreadWithoutPipe", "pass  # mutant M92"),),
+        ("tests/test_security.py::test_a_kernel_binds_no_tcp_port_but_its_connection_files",),
     ),
 )
 

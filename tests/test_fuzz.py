@@ -440,14 +440,14 @@ def test_garbage_from_julia_fails_the_cell_and_the_next_runs_fresh(
 # supervisor whose loop was busy for a moment finds both in the socket buffer.
 _HANDSHAKE_PEER = """
 import os, socket, sys, time
-port = int(sys.argv[-1])
 token = os.environ["JUTUL_JKERNEL_TOKEN"]
 info = b'{"julia_version": "0.0.0-fake", "pid": %d, "threads": 1}' % os.getpid()
 data = ("RDY %s 0\\n" % token).encode() + b"INF %d\\n" % len(info) + info
 mode = os.environ["FAKE_MODE"]
 if mode == "with output":
     data += b"OUT stdout 6\\nhello\\n"
-s = socket.create_connection(("127.0.0.1", port))
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[-1])
 if mode == "bytewise":
     for b in data:
         s.sendall(bytes([b]))
@@ -544,7 +544,8 @@ _INCOMING = {kind: len(_REF_ARGS[kind]) for kind in _REF_PYTHON_TO_JULIA}
 
 
 class RawServer:
-    """``julia server.jl <port>`` connected to a plain socket of ours, after the handshake."""
+    """``julia server.jl <port>`` connected to a plain socket of ours, after the handshake: the
+    Windows form of the server (a loopback port, its output sent as OUT frames)."""
 
     def __init__(self, log_dir: Path) -> None:
         self.token = secrets.token_hex(16)

@@ -1,7 +1,7 @@
 """Who can talk to the kernel and to Julia, and who can read what they write.
 
-Two doors: the private loopback socket between supervisor and Julia (bound to 127.0.0.1, one
-connection, a one-time token that never appears in argv), and Jupyter's ZMQ sockets (HMAC
+Two doors: the private socket between supervisor and Julia (a Unix socket in a 0700 directory,
+one connection, a one-time token that never appears in argv), and Jupyter's ZMQ sockets (HMAC
 signatures always on; CurveZMQ encryption when the client provisions keys). Files the kernel
 writes (Julia's log) are private to the user.
 """
@@ -60,66 +60,69 @@ def _fake_julia(path: Path, body: str) -> str:
     return str(path)
 
 
-def _listening(port: int) -> list[tuple[str, str]]:
-    """(table, local address) of every listening TCP socket on ``port``, from /proc/net."""
-    found = []
-    for table in ("tcp", "tcp6"):
-        with open(f"/proc/net/{table}") as f:
-            next(f)
-            for line in f:
-                fields = line.split()
-                addr, hexport = fields[1].rsplit(":", 1)
-                if int(hexport, 16) == port and fields[3] == "0A":  # 0A: LISTEN
-                    found.append((table, addr))
-    return found
+def _tcp_sockets(pid: int) -> list[tuple[str, int, str]]:
+    """(local address, port, state) of every TCP socket process ``pid`` holds."""
+    return [
+        (c.laddr.ip, c.laddr.port, c.status)
+        for c in psutil.Process(pid).net_connections(kind="tcp")
+        if c.laddr
+    ]
 
 
 # ---- the private socket ----
 
 
 @pytest.mark.integration
-async def test_listener_binds_loopback_only(tmp_path: Path) -> None:
-    """While Julia starts, the supervisor's listener is on 127.0.0.1 only (no IPv6, no any)."""
+async def test_julia_connects_through_a_unix_socket_only_the_user_can_reach(
+    tmp_path: Path,
+) -> None:
+    """While Julia starts, the supervisor listens on a Unix socket in a directory of mode 0700
+    that this user owns, and on no TCP port; the directory is gone once Julia is connected."""
     report = tmp_path / "listening.json"
     fake = _fake_julia(
         tmp_path / "fake-listen-check",
         """
-        import json, os, sys
-        port = int(sys.argv[-1])
-        found = []
-        for table in ("tcp", "tcp6"):
-            with open(f"/proc/net/{table}") as f:
-                next(f)
-                for line in f:
-                    fields = line.split()
-                    addr, hexport = fields[1].rsplit(":", 1)
-                    if int(hexport, 16) == port and fields[3] == "0A":
-                        found.append([table, addr])
+        import json, os, stat, sys
+        import psutil
+        address = sys.argv[-1]
+        st, parent = os.stat(address), os.stat(os.path.dirname(address))
+        supervisor = psutil.Process(os.getppid())
+        tcp = [list(c.laddr) for c in supervisor.net_connections("tcp")]
         with open(os.environ["FAKE_REPORT"], "w") as f:
-            json.dump({"port": port, "listening": found}, f)
+            json.dump({
+                "address": address,
+                "is_socket": stat.S_ISSOCK(st.st_mode),
+                "dir_mode": stat.S_IMODE(parent.st_mode),
+                "dir_owner": parent.st_uid,
+                "supervisor_tcp": tcp,
+            }, f)
         """,
     )
     sup = JuliaSupervisor(
         julia=fake, env={"FAKE_REPORT": str(report)}, startup_timeout=STARTUP_TIMEOUT
     )
+    before = [[ip, port] for ip, port, _ in _tcp_sockets(os.getpid())]  # other tests' sockets
     try:
         await sup.start()
         assert (await asyncio.wait_for(sup.execute("1 + 2"), CELL_BOUND)).text == "3"
+        seen = json.loads(report.read_text())
+        assert not Path(seen["address"]).parent.exists(), seen
     finally:
         await sup.shutdown()
-    seen = json.loads(report.read_text())
-    # /proc/net/tcp writes 127.0.0.1 as 0100007F (little-endian hex).
-    assert seen["listening"] == [["tcp", "0100007F"]], seen
+    assert seen["is_socket"], seen
+    assert seen["dir_mode"] == 0o700 and seen["dir_owner"] == os.getuid(), seen
+    assert [a for a in seen["supervisor_tcp"] if a not in before] == [], seen
 
 
 @pytest.mark.integration
 async def test_second_connection_after_the_handshake_is_refused(julia: JuliaSupervisor) -> None:
-    """Once Julia is connected the listener is closed: nothing else can connect to that port."""
+    """Once Julia is connected the socket is gone: nothing else can connect to it."""
     assert julia.pid is not None
-    port = int(psutil.Process(julia.pid).cmdline()[-1])
-    assert _listening(port) == []
-    with pytest.raises(ConnectionRefusedError):
-        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    address = psutil.Process(julia.pid).cmdline()[-1]
+    assert not Path(address).exists()
+    with socket.socket(socket.AF_UNIX) as s, pytest.raises(FileNotFoundError):
+        s.connect(address)
+    assert _tcp_sockets(julia.pid) == []
     assert (await asyncio.wait_for(julia.execute("1 + 1"), CELL_BOUND)).text == "2"
 
 
@@ -133,9 +136,12 @@ async def test_impostors_are_refused_and_logged(
         tmp_path / "fake-impostors",
         """
         import os, socket, sys
-        port = int(sys.argv[-1])
+        address = sys.argv[-1]
+        with open(os.environ["FAKE_REPORT"], "w") as f:
+            f.write(address)
         for first in (b"RDY not-the-token 0\\n", b"HELLO there\\n", b""):
-            s = socket.create_connection(("127.0.0.1", port))
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(address)
             if first:
                 s.sendall(first)
             else:
@@ -146,7 +152,10 @@ async def test_impostors_are_refused_and_logged(
         """,
     )
     caplog.set_level(logging.WARNING, logger="jutul_jkernel.supervisor")
-    sup = JuliaSupervisor(julia=fake, startup_timeout=STARTUP_TIMEOUT)
+    report = tmp_path / "address"
+    sup = JuliaSupervisor(
+        julia=fake, env={"FAKE_REPORT": str(report)}, startup_timeout=STARTUP_TIMEOUT
+    )
     try:
         await sup.start()
         assert (await asyncio.wait_for(sup.execute("1 + 2"), CELL_BOUND)).text == "3"
@@ -161,7 +170,7 @@ async def test_impostors_are_refused_and_logged(
     assert any("not RDY with the right token" in m for m in refusals), refusals
     assert any("unknown frame kind" in m and "HELLO" in m for m in refusals), refusals
     assert any("closed before its first frame" in m for m in refusals), refusals
-    assert all("127.0.0.1" in m for m in refusals), refusals
+    assert all(report.read_text() in m for m in refusals), refusals
 
 
 def _silent_impostor(tmp_path: Path) -> tuple[str, Path]:
@@ -172,9 +181,9 @@ def _silent_impostor(tmp_path: Path) -> tuple[str, Path]:
         tmp_path / "fake-silent",
         f"""
         import os, socket, sys, time
-        port = int(sys.argv[-1])
         if os.fork() == 0:
-            s = socket.create_connection(("127.0.0.1", port))
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(sys.argv[-1])
             with open({str(held)!r} + ".tmp", "w") as f:
                 f.write(str(os.getpid()))
             os.rename({str(held)!r} + ".tmp", {str(held)!r})
@@ -328,6 +337,52 @@ def test_kernel_keeps_token_and_key_out_of_argv_and_its_files_private(
         (log_path,) = logs
         assert stat.S_IMODE(log_path.stat().st_mode) == 0o600, oct(log_path.stat().st_mode)
         assert stat.S_IMODE(log_path.parent.stat().st_mode) == 0o700
+    finally:
+        stop_kernel(km, kc)
+
+
+@pytest.mark.e2e
+def test_a_kernel_binds_no_tcp_port_but_its_connection_files(
+    kernel_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel process and its Julia hold no TCP socket but the five ports jupyter_client
+    chose, also while Julia starts (before the kernel has bound those five).
+
+    jupyter_client picks the five by binding port 0 and releasing it, and the kernel binds them
+    a moment later (jupyter_client#487): a port-0 socket of ours in that window could take one
+    of them, from this kernel or one starting beside it, which then dies with "Address already
+    in use". That is how ten kernels starting together failed CI (test_many_kernels)."""
+    report = tmp_path / "at-start.json"
+    fake = _fake_julia(
+        tmp_path / "fake-port-check",
+        f"""
+        import json, os, sys
+        import psutil
+        kernel = psutil.Process(os.getppid())
+        tcp = [[c.laddr.ip, c.laddr.port] for c in kernel.net_connections("tcp")]
+        with open({str(report)!r}, "w") as f:
+            json.dump(tcp, f)
+        """,
+    )
+    monkeypatch.setenv("JUTUL_JKERNEL_JULIA", fake)
+    km, kc = start_kernel()
+    try:
+        assert result_of(execute(kc, "1 + 1")[1]) == "2"
+        info = json.loads(Path(km.connection_file).read_text())
+        chosen = {info[f"{name}_port"] for name in ("shell", "iopub", "stdin", "control", "hb")}
+        assert json.loads(report.read_text()) == []  # Julia starts before the kernel binds
+        pid = km.provisioner.pid if km.provisioner else None
+        assert pid is not None
+        kernel = psutil.Process(pid).net_connections(kind="tcp")
+        listening = {c.laddr.port for c in kernel if c.status == psutil.CONN_LISTEN}
+        assert listening == chosen, (listening, chosen)
+        # ipykernel's debugger connects a socket to the kernel's own shell port: fine, that
+        # port is already bound when it connects.
+        others = [
+            c for c in kernel if c.laddr.port not in chosen and c.raddr[1:] != (info["shell_port"],)
+        ]
+        assert others == [], others
+        assert _tcp_sockets(_julia_of(km).pid) == []
     finally:
         stop_kernel(km, kc)
 

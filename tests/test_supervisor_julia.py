@@ -994,8 +994,8 @@ async def test_wrong_token_and_second_connection_are_refused(tmp_path: Path) -> 
         textwrap.dedent(f"""\
         #!{sys.executable}
         import os, socket, sys
-        port = int(sys.argv[-1])
-        s = socket.create_connection(("127.0.0.1", port))
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(sys.argv[-1])
         s.sendall(b"RDY not-the-token 0\\n")
         s.settimeout(10)
         assert s.recv(10) == b"", "an impostor was not disconnected"

@@ -40,12 +40,23 @@ function set_up_main!()
     Core.eval(Main, :(using .JKernel.MainNames))
 end
 
+# The supervisor listens on a Unix socket on POSIX and names its path; on Windows it names a
+# loopback port (jutul_jkernel/rendezvous.py says why no port on POSIX). Sockets.connect(path)
+# is documented: "Connect to the named pipe / UNIX domain socket at path" -> PipeEndpoint
+# (JuliaLang/julia stdlib/Sockets/src/PipeServer.jl, release-1.10, release-1.12 and master).
+function connect_supervisor(address::AbstractString)
+    port = tryparse(Int, address)
+    port === nothing && return Sockets.connect(address)
+    sock = connect(ip"127.0.0.1", port)
+    Sockets.nagle(sock, false)
+    return sock
+end
+
 function serve(args)
     Base.exit_on_sigint(false)
     DIAG[] = stderr
-    length(args) == 1 || (diag("usage: julia server.jl <port>"); exit(2))
-    port = tryparse(Int, args[1])
-    port === nothing && (diag("bad port ", repr(args[1])); exit(2))
+    length(args) == 1 || (diag("usage: julia server.jl <socket path | port>"); exit(2))
+    address = args[1]
     empty!(ARGS)   # user code sees no kernel arguments, as in the REPL and IJulia
     # --color=yes (the kernelspec's default). exec_options sets have_color from the flag in
     # 1.5.3 and through colored_text(opts) in >= 1.11 (base/client.jl, index id 1409021567).
@@ -56,9 +67,7 @@ function serve(args)
     isempty(token) && (diag("JUTUL_JKERNEL_TOKEN is not set"); exit(2))
     delete!(ENV, "JUTUL_JKERNEL_TOKEN")   # user code and child processes must not see it
     watch_parent!()
-    sock = connect(ip"127.0.0.1", port)
-    Sockets.nagle(sock, false)
-    SOCK[] = sock
+    SOCK[] = connect_supervisor(address)
 
     redirect_output!()
     Core.eval(Base, :(stdin = $(KernelStdin(PipeBuffer()))))

@@ -18,7 +18,7 @@ const RICH_MIMES = ("text/html", "text/markdown", "text/latex", "image/svg+xml",
 const BINARY_MIMES = ("image/png", "image/jpeg")
 const DISPLAY_SIZE = (30, 100)
 
-const SOCK = Ref{TCPSocket}()
+const SOCK = Ref{Union{Base.PipeEndpoint, TCPSocket}}()   # see connect_supervisor
 const DIAG = Ref{IO}()                 # the process's original stdout: the startup log
 const EVAL_TASK = Ref{Task}()
 const CURRENT = Ref(0)                 # id of the running evaluation, 0 when idle

@@ -1,7 +1,8 @@
-# wire.jl: the frames on the one loopback TCP connection, and the tasks that read them.
+# wire.jl: the frames on the one connection to the supervisor, and the tasks that read them.
 #
-# Once the server has connected to 127.0.0.1:<port>, everything travels as frames: an ASCII
-# header line `KIND arg... NBYTES\n` followed by exactly NBYTES payload bytes.
+# Once the server has connected (a Unix socket on POSIX, loopback TCP on Windows: main.jl,
+# connect_supervisor), everything travels as frames: an ASCII header line
+# `KIND arg... NBYTES\n` followed by exactly NBYTES payload bytes.
 # jutul_jkernel/protocol.py defines the same kinds; change both or neither.
 #
 # Julia -> Python
