@@ -42,14 +42,6 @@ function install_interrupt_sink!()
     end
 end
 
-function parse_cell(code::String, filename::String)
-    @static if isdefined(Base, :parse_input_line)
-        return Base.parse_input_line(code; filename = filename)
-    else
-        return Meta.parseall(code; filename = filename)
-    end
-end
-
 ends_with_semicolon(code::String) = REPL.ends_with_semicolon(code)
 
 is_interrupt(e) = e isa InterruptException || is_cancellation(e) ||

@@ -32,8 +32,7 @@ end
 function set_up_main!()
     SOFTSCOPE[] = !(lowercase(get(ENV, "JUTUL_JKERNEL_SOFTSCOPE", "yes")) in ("no", "0", "false", "off"))
     # Julia 1.9+ exports `err` from Base.MainInclude to Main: a second export would be ambiguous.
-    (isdefined(Base, :MainInclude) && isdefined(Base.MainInclude, :err)) ||
-        Core.eval(MainNames, :(export err))
+    main_include_has(:err) || Core.eval(MainNames, :(export err))
     # A package is not bound in Main as the script was: cells call `JKernel.display` and the
     # like, so bind the module itself (a user's `using JKernel` still finds no package).
     isdefined(Main, :JKernel) || Core.eval(Main, :(const JKernel = $JKernel))

@@ -12,19 +12,6 @@ function codepoints_before(code::String, i::Int)
 end
 
 """
-    completion_string(c, completions_module=REPL.REPLCompletions)
-
-The text a completion inserts. Julia 1.12 and newer have no `completion_text` method for
-LaTeX and emoji completions (`\\alpha`): `BslashCompletion` only has `named_completion`
-(stdlib/REPL/src/REPLCompletions.jl of 1.12 and of the JuliaSyntax-based version, index ids
-2066884698 and 274482070; IJulia src/handlers.jl makes the same choice).
-"""
-completion_string(c, completions_module::Module = REPL.REPLCompletions) =
-    isdefined(completions_module, :named_completion) ?
-        completions_module.named_completion(c).completion::String :
-        completions_module.completion_text(c)::String
-
-"""
     eval_help(ex)
 
 Evaluate a help expression (`REPL.helpmode`) in a hard scope. Since Julia 1.11 it is a block

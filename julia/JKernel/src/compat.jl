@@ -1,0 +1,125 @@
+# compat.jl: the code that differs by Julia version. Each branch is gated on what exists
+# (`isdefined`), never on VERSION, and names the upstream file and branch it was written
+# against: Julia 1.5.3 is the only one that runs here, users run 1.10 to master.
+# (capture.jl keeps its own stdio gates; server.jl and launcher.jl, which run before this
+# package is loaded, keep theirs.)
+
+# This module is I/O glue: LLVM optimisation buys nothing and costs start-up time.
+# (`Base.Experimental.@optlevel`, base/experimental.jl in 1.5.3 and master.)
+@static if isdefined(Base.Experimental, Symbol("@optlevel"))
+    Base.Experimental.@optlevel 0
+end
+
+# ---- parsing, ans and err, the startup file ----
+
+"""Parse a cell as the REPL parses a line (base/client.jl `parse_input_line`, 1.5.3 to master)."""
+function parse_cell(code::String, filename::String)
+    @static if isdefined(Base, :parse_input_line)
+        return Base.parse_input_line(code; filename = filename)
+    else
+        return Meta.parseall(code; filename = filename)
+    end
+end
+
+"""Julia 1.9 and newer keep `err` in `Base.MainInclude`, which Main uses."""
+main_include_has(name::Symbol) = isdefined(Base, :MainInclude) && isdefined(Base.MainInclude, name)
+
+"""
+    set_main_global!(name, value)
+
+Set `ans` or `err` where the user's REPL keeps them. Julia 1.9 and newer keep both in
+`Base.MainInclude`, which Main uses (base/client.jl, release-1.10, release-1.12 and master:
+`setglobal!(Base.MainInclude, :ans, value)`); Julia 1.5-1.8 set `Main.ans` directly (1.5.3
+base/client.jl, `jl_set_global`), and have no `err`, which then lives in `MainNames`, beside
+`In` and `Out`, so it never overwrites a user's own `err`.
+"""
+function set_main_global!(name::Symbol, value)
+    if main_include_has(name)
+        Core.eval(Base.MainInclude, Expr(:global, Expr(:(=), name, QuoteNode(value))))
+    elseif name === :ans
+        ccall(:jl_set_global, Cvoid, (Any, Any, Any), Main, :ans, value)
+    else
+        Core.eval(MainNames, Expr(:global, Expr(:(=), name, QuoteNode(value))))
+    end
+    nothing
+end
+
+"""`err` is what the REPL keeps of the last error: its exception stack (Julia 1.7 and newer,
+`current_exceptions`), or the exception itself on older Julia."""
+set_err!(e) = set_main_global!(:err, isdefined(Base, :current_exceptions) ?
+    Base.invokelatest(getfield(Base, :current_exceptions)) : e)
+
+"""
+Include the startup files as the REPL does: `Base.load_julia_startup` includes the
+system-wide and the user's file unconditionally (base/client.jl in 1.5.3, release-1.10,
+release-1.12 and master); it is internal, hence the fallback to the user's file alone.
+"""
+function load_startup_files()
+    if isdefined(Base, :load_julia_startup)
+        Base.load_julia_startup()
+    elseif !isempty(DEPOT_PATH)
+        path = abspath(DEPOT_PATH[1], "config", "startup.jl")
+        isfile(path) && Base.include(Main, path)
+    end
+    nothing
+end
+
+# ---- REPL modes: `]` and `;` ----
+
+"""
+Run `cmd` through \$JULIA_SHELL / \$SHELL like the REPL's `;` (base/client.jl `repl_cmd`;
+`Base.shell_escape_posixly` is in base/shell.jl of 1.5.3, release-1.10, release-1.12 and master).
+"""
+function through_user_shell(cmd::Cmd)
+    (Sys.iswindows() || !isdefined(Base, :shell_escape_posixly)) && return cmd
+    shell = Base.shell_split(get(ENV, "JULIA_SHELL", get(ENV, "SHELL", "/bin/sh")))
+    return `$shell -c $("(" * Base.shell_escape_posixly(cmd) * ") && true")`
+end
+
+# ---- queries ----
+
+"""
+    completion_string(c, completions_module=REPL.REPLCompletions)
+
+The text a completion inserts. Julia 1.12 and newer have no `completion_text` method for
+LaTeX and emoji completions (`\\alpha`): `BslashCompletion` only has `named_completion`
+(stdlib/REPL/src/REPLCompletions.jl, release-1.12 and master:
+`named_completion(c::BslashCompletion) = NamedCompletion(c.completion, c.name)`; release-1.10
+has only `completion_text`; IJulia src/handlers.jl makes the same choice).
+"""
+completion_string(c, completions_module::Module = REPL.REPLCompletions) =
+    isdefined(completions_module, :named_completion) ?
+        completions_module.named_completion(c).completion::String :
+        completions_module.completion_text(c)::String
+
+# ---- ^C as a cancellation (Julia 1.14-DEV, master) ----
+# On master (NEWS.md: "In interactive sessions, ^C now cancels the current evaluation's
+# cancellation scope (instead of throwing an InterruptException into whatever code happened
+# to be running)", #60281), `_start` runs the whole script under a ^C episode token, every
+# @async task inherits it, and once cancelled every wait, sleep and socket write throws
+# `Base.CancellationRequest` (base/cancellation.jl: "Cancellation is uniformly
+# level-triggered"), which would end the server's own loops. So the server's tasks run with no
+# token ("Scoping `Base.CANCEL_TOKEN => nothing` instead *shields* the enclosed code",
+# base/cancellation.jl), and each cell under a fresh episode's token, as the REPL backend
+# runs each evaluation (base/Base.jl `sigint_new_episode!`). Everything here is gated on the
+# names existing; on Julia 1.5-1.13 it does nothing.
+
+is_cancellation(e) = isdefined(Base, :CancellationRequest) &&
+    e isa getfield(Base, :CancellationRequest)
+
+const HAS_CANCEL_SCOPES = isdefined(Base, :sigint_new_episode!) && isdefined(Base, :CANCEL_TOKEN)
+
+function with_cancel_token(f, token)
+    if isdefined(Base, :with_cancel_token)
+        return getfield(Base, :with_cancel_token)(f, token)
+    end
+    return getfield(Base, :ScopedValues).with(f, getfield(Base, :CANCEL_TOKEN) => token)
+end
+
+"""Run `f` (the server's start-up, whose tasks inherit the scope) where ^C cancels nothing."""
+outside_cancel_scope(f) = HAS_CANCEL_SCOPES ? with_cancel_token(f, nothing) : f()
+
+"""Run a cell's code under a fresh ^C episode, as the REPL runs each evaluation."""
+in_cell_scope(f) = HAS_CANCEL_SCOPES ?
+    with_cancel_token(f, getfield(Base, :sigint_new_episode!)()) : f()
+
