@@ -119,7 +119,8 @@ let script = joinpath(@__DIR__, "server.jl"),
             run(pipeline(compile; stdin = devnull, stdout = stdout, stderr = stdout); wait = false)
         end
         Base.include(Main, entry)
-        jk = Main.JKernel
+        # In the latest world: `Main.JKernel` is newer than this thunk (see server.jl's end).
+        jk = Base.invokelatest(getproperty, Main, :JKernel)
     end
     jk   # server.jl calls its main
 end

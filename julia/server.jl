@@ -62,5 +62,10 @@ Core.eval(Module(:JKernelLauncher), quote
     end
     delete!(ENV, "JUTUL_JKERNEL_DEPOT")
     delete!(ENV, "JUTUL_JKERNEL_PRECOMPILED")
-    Base.invokelatest(jk.main)
+    # `main` is read in the latest world, not this thunk's: from source it was defined after
+    # the thunk began, and Julia 1.12+ warns of such a read ("Detected access to binding ... in
+    # a world prior to its definition world", src/module.c, release-1.12 and master), an
+    # UndefVarError under --depwarn=error. (`jk.main` as invokelatest's argument is read in the
+    # current world: the 1.12 docstring of @invokelatest, base/reflection.jl.)
+    Base.invokelatest(Base.invokelatest(getproperty, jk, :main))
 end)
