@@ -728,6 +728,13 @@ MUTANTS: tuple[Mutant, ...] = (
             f"{DOC}::test_a_failing_check_is_reported_and_the_others_still_run",
         ),
     ),
+    Mutant(
+        "M50",
+        "cells are interactive as at the REPL: isinteractive() is true",
+        (Edit(JK_MAIN, "mark_interactive!()   # isinteractive(), as at the REPL and in IJulia",
+              "nothing  # mutant M50"),),
+        (f"{RP}::test_cells_are_interactive_as_at_the_repl",),
+    ),
 )
 
 

@@ -110,6 +110,16 @@ async def test_soft_scope_can_be_turned_off() -> None:
         assert r.error.ename == "UndefVarError", r.error
 
 
+# ---- the session ----
+
+
+def test_cells_are_interactive_as_at_the_repl(kernel: Kernel) -> None:
+    """isinteractive() is true, as at the REPL and in IJulia (N3): packages take their
+    interactive branch, and Pkg's `]` mode does not warn that it is for interactive use only."""
+    _, kc = kernel
+    assert ok(kc, "isinteractive()")[0] == "true"
+
+
 # ---- ans, In, Out, err ----
 
 

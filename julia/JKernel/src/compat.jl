@@ -10,6 +10,25 @@
     Base.Experimental.@optlevel 0
 end
 
+# ---- the session: isinteractive(), the REPL backend's AST transforms ----
+
+"""
+    mark_interactive!()
+
+Make `isinteractive()` true, as at the REPL and in IJulia: packages and Base take their
+interactive branch (Pkg's `]` mode warns "intended for interactive use only" otherwise;
+loading announces "Precompiling X" at Info level, not Debug). `isinteractive()` reads the
+global `Base.is_interactive` (base/initdefs.jl: `is_interactive = false` in 1.5.3 and
+release-1.10, `is_interactive::Bool = false` with `isinteractive() = is_interactive` in
+release-1.12 and master). IJulia's kernel set it the same way until its kernelspec passed
+`-i` (JuliaLang/IJulia.jl src/kernel.jl before commit de99a14, 2025-05:
+`Core.eval(Base, :(is_interactive = true))`, "workaround JuliaLang/julia#6765").
+"""
+function mark_interactive!()
+    isdefined(Base, :is_interactive) && Core.eval(Base, :(is_interactive = true))
+    nothing
+end
+
 # ---- parsing, ans and err, the startup file ----
 
 """Parse a cell as the REPL parses a line (base/client.jl `parse_input_line`, 1.5.3 to master)."""

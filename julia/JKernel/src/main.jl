@@ -41,6 +41,7 @@ end
 
 function serve(args)
     Base.exit_on_sigint(false)
+    mark_interactive!()   # isinteractive(), as at the REPL and in IJulia
     DIAG[] = stderr
     length(args) == 1 || (diag("usage: julia server.jl <port>"); exit(2))
     port = tryparse(Int, args[1])
