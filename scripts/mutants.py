@@ -79,6 +79,8 @@ JK_STDIN = "julia/JKernel/src/stdin.jl"
 SURF = "tests/test_surface.py"
 DOCTOR = "jutul_jkernel/doctor.py"
 DOC = "tests/test_doctor.py"
+JK_COMPAT = "julia/JKernel/src/compat.jl"
+ENV_T = "tests/test_environment.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -734,6 +736,19 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit(JK_MAIN, "mark_interactive!()   # isinteractive(), as at the REPL and in IJulia",
               "nothing  # mutant M50"),),
         (f"{RP}::test_cells_are_interactive_as_at_the_repl",),
+    ),
+    Mutant(
+        "M51",
+        "inspect finds nothing for an undocumented name, past 1.11+'s internal-binding warning",
+        (
+            Edit(
+                JK_COMPAT,
+                "if md isa Markdown.MD && !isempty(md.content) && first(md.content) isa "
+                "Markdown.Admonition",
+                "if false  # mutant M51",
+            ),
+        ),
+        (f"{ENV_T}::test_inspect_looks_past_the_internal_binding_warning",),
     ),
 )
 

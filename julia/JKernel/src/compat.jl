@@ -111,6 +111,26 @@ completion_string(c, completions_module::Module = REPL.REPLCompletions) =
         completions_module.named_completion(c).completion::String :
         completions_module.completion_text(c)::String
 
+"""
+    documentation_found(md) -> Bool
+
+Whether help found documentation: its text does not start with "No documentation found".
+Julia 1.11 and newer put a warning first when the name is not public ("The following
+bindings may be internal; ...": `insert_internal_warning` in stdlib/REPL/src/docview.jl,
+release-1.12 and master, does `pushfirst!(md.content, admonition)`), so leading admonitions
+are looked past. 1.5.3 and release-1.10 prepend nothing.
+"""
+function documentation_found(md)
+    Markdown = REPL.Markdown   # docview.jl's `using Markdown` (1.5.3 to master)
+    if md isa Markdown.MD && !isempty(md.content) && first(md.content) isa Markdown.Admonition
+        rest = findfirst(x -> !(x isa Markdown.Admonition), md.content)
+        rest === nothing && return true
+        md = Markdown.MD(md.content[rest:end])
+    end
+    plain = sprint(show, MIME("text/plain"), md; context = :color => false)
+    return !startswith(lstrip(plain), "No documentation found")
+end
+
 # ---- ^C as a cancellation (Julia 1.14-DEV, master) ----
 # On master (NEWS.md: "In interactive sessions, ^C now cancels the current evaluation's
 # cancellation scope (instead of throwing an InterruptException into whatever code happened

@@ -40,7 +40,7 @@ function answer_query(op::String, code::String, cursor::Int)
             return Dict("found" => false)
         end
         plain = sprint(show, MIME("text/plain"), md; context = :color => false)
-        found = !startswith(lstrip(plain), "No documentation found")
+        found = documentation_found(md)
         data = Dict("text/plain" => plain, "text/markdown" => sprint(show, MIME("text/markdown"), md))
         return Dict("found" => found, "data" => data)
     elseif op == "is_complete"
