@@ -327,7 +327,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M24",
         "loops in cells update globals (soft scope), as in the REPL and IJulia",
-        (Edit(JK_EVAL, "SOFTSCOPE[] ? Any[REPL.softscope] : Any[]", "Any[]"),),
+        (Edit(JK_EVAL, "default_ast_transforms(SOFTSCOPE[])", "default_ast_transforms(false)"),),
         (f"{RP}::test_a_loop_updates_a_global_as_in_the_repl",),
     ),
     # M25 (display from another thread without the hop to thread 1) is gone: since the

@@ -29,6 +29,23 @@ function mark_interactive!()
     nothing
 end
 
+"""
+    default_ast_transforms(softscope) -> Vector{Any}
+
+The AST transforms a new REPL backend starts with, which cells get too: a copy of
+`REPL.repl_ast_transforms` ("defaults for new REPL backends"; the REPLBackend constructor
+copies it, stdlib/REPL/src/REPL.jl). That is `Any[softscope]` in 1.5.3 and release-1.10, and
+`Any[softscope, warn_on_non_owning_accesses]` in release-1.12 and master (the "X is defined
+in M and is not public in N" warning, 1.12 NEWS, #54872). `softscope = false`
+(JUTUL_JKERNEL_SOFTSCOPE=no) leaves out only `REPL.softscope`.
+"""
+function default_ast_transforms(softscope::Bool)
+    transforms = isdefined(REPL, :repl_ast_transforms) ?
+        copy(REPL.repl_ast_transforms) : Any[REPL.softscope]
+    softscope || filter!(f -> f !== REPL.softscope, transforms)
+    return transforms
+end
+
 # ---- parsing, ans and err, the startup file ----
 
 """Parse a cell as the REPL parses a line (base/client.jl `parse_input_line`, 1.5.3 to master)."""

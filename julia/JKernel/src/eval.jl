@@ -32,9 +32,9 @@ function install_interrupt_sink!()
                 diag("interrupt sink got ", sprint(showerror, e))
         end
     end
-    # The REPL's backends start with `REPL.softscope` (REPL.jl, repl_ast_transforms), so a
+    # The REPL's backends start with its default transforms, `REPL.softscope` first, so a
     # loop in a cell updates a global as it does at the prompt and in IJulia.
-    BACKEND[] = Backend(sink, true, SOFTSCOPE[] ? Any[REPL.softscope] : Any[])
+    BACKEND[] = Backend(sink, true, default_ast_transforms(SOFTSCOPE[]))
     try
         Core.eval(Base, :(active_repl_backend = $(BACKEND[])))
     catch e
