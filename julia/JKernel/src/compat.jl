@@ -156,9 +156,9 @@ end
 # `Base.CancellationRequest` (base/cancellation.jl: "Cancellation is uniformly
 # level-triggered"), which would end the server's own loops. So the server's tasks run with no
 # token ("Scoping `Base.CANCEL_TOKEN => nothing` instead *shields* the enclosed code",
-# base/cancellation.jl), and each cell under a fresh episode's token, as the REPL backend
-# runs each evaluation (base/Base.jl `sigint_new_episode!`). Everything here is gated on the
-# names existing; on Julia 1.5-1.13 it does nothing.
+# base/cancellation.jl), and each cell in a task of its own, under a fresh episode's token, as
+# the REPL backend runs each evaluation (base/Base.jl `sigint_new_episode!`). Everything here
+# is gated on the names existing; on Julia 1.5-1.13 it does nothing.
 
 is_cancellation(e) = isdefined(Base, :CancellationRequest) &&
     e isa getfield(Base, :CancellationRequest)
@@ -179,3 +179,34 @@ outside_cancel_scope(f) = HAS_CANCEL_SCOPES ? with_cancel_token(f, nothing) : f(
 in_cell_scope(f) = HAS_CANCEL_SCOPES ?
     with_cancel_token(f, getfield(Base, :sigint_new_episode!)()) : f()
 
+"""
+    in_cell_task(f)
+
+Run a cell (`f`, which ends up in `in_cell_scope`) and return its value: where ^C is a
+cancellation, in a task of its own, so that the task that opens the cell's ^C episode is the
+cell's and not the evaluation loop. Master's `sigint_new_episode!` records its caller as "the
+task driving the current foreground evaluation", and the last rung of the ^C ladder
+(`_sigint_dispatch_pass`, base/Base.jl) freezes that task: `freeze_task!(fg, ...)` at
+`CANCEL_REQUEST_ABANDON_ALL`, whose tasks "are frozen in place and never scheduled again"
+(base/cancellation.jl). Frozen, the evaluation loop would answer nothing more; a frozen cell
+task is only the cell lost. Its waiter is woken with a TaskFailedException and the task's
+state is `:abandoned` (test/cancellation_exec.jl on master, "task abandonment wakes
+waiters"), and that cell ends interrupted. While the task runs, interrupts are forwarded to it
+(`CELL_TASK`, see forward_interrupt).
+"""
+function in_cell_task(f)
+    HAS_CANCEL_SCOPES || return f()
+    cell = Task(f)   # sticky, so it runs on this thread, as the evaluation loop does
+    CELL_TASK[] = cell
+    try
+        schedule(cell)
+        return fetch(cell)
+    catch e
+        if e isa TaskFailedException && e.task === cell && cell.state === :abandoned
+            throw(InterruptException())
+        end
+        rethrow()
+    finally
+        CELL_TASK[] = nothing
+    end
+end

@@ -185,7 +185,8 @@ function evaluate(id::Int, code::String, name::String, named::Bool)
     status, text, rich, report = try
         cell = named ? cell_number(name, id) : 0
         cell > 0 && (In[cell] = code)
-        INTERRUPTED_BEFORE_START[] == id ? INTERRUPTED : run_cell(Main, code, name, cell)
+        INTERRUPTED_BEFORE_START[] == id ? INTERRUPTED :
+            in_cell_task(() -> run_cell(Main, code, name, cell))
     catch e
         is_interrupt(e) || rethrow()
         INTERRUPTED
