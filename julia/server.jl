@@ -43,7 +43,7 @@ Core.eval(Module(:JKernelLauncher), quote
             prepend!(empty!(LOAD_PATH), [@__DIR__, "@stdlib"])
             pushfirst!(DEPOT_PATH, depot)
             # the same check as launcher.jl's check_cache, without its reasons
-            if isdefined(Base, :isprecompiled) ? Base.isprecompiled(pkg; sourcepath = entry) :
+            if isdefined(Base, :isprecompiled) ? Base.isprecompiled(pkg) :
                     any(f -> Base.stale_cachefile(entry, f) !== true, Base.find_all_in_cache_path(pkg))
                 Base.require(pkg)
                 Base.root_module(pkg)
