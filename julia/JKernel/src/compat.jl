@@ -102,6 +102,33 @@ end
 
 # ---- REPL modes: `]` and `;` ----
 
+const PKG_ID = Base.PkgId(Base.UUID("44cfe95a-1eb2-52ea-b672-e2afdf69b78f"), "Pkg")
+
+"""
+    load_pkg() -> Module
+
+Pkg, as the REPL's `]` loads it. Julia 1.11 and newer load it as a stdlib, from Julia's own
+depot whatever the active project says (`Base.require_stdlib`, base/loading.jl in
+release-1.12 and master; the REPL's `load_pkg()` in stdlib/REPL/src/Pkg_beforeload.jl calls
+it); before that, through the load path (`Base.require`).
+"""
+load_pkg() = isdefined(Base, :require_stdlib) ?
+    getfield(Base, :require_stdlib)(PKG_ID) : Base.require(PKG_ID)
+
+"""
+    pkg_command(pkg, cmd)
+
+Run one `]` command with Pkg's REPL mode. Called through `invokelatest`: Pkg may have been
+loaded after this task's world began, and on 1.12+ reading its bindings from an older world
+is an error in waiting (see server.jl). `pkgstr` is what `pkg"..."` calls (Pkg release-1.5
+to master, src/REPLMode/REPLMode.jl); `do_cmds` is the fallback of newer Pkg.
+"""
+function pkg_command(pkg::Module, cmd::String)
+    mode = pkg.REPLMode
+    isdefined(mode, :pkgstr) ? mode.pkgstr(cmd) : mode.do_cmds(cmd, stdout)
+    nothing
+end
+
 """
 Run `cmd` through \$JULIA_SHELL / \$SHELL like the REPL's `;` (base/client.jl `repl_cmd`;
 `Base.shell_escape_posixly` is in base/shell.jl of 1.5.3, release-1.10, release-1.12 and master).

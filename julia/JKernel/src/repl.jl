@@ -62,20 +62,8 @@ function eval_cell(mod::Module, code::String, filename::String)
     return Core.eval(mod, ast)
 end
 
-const PKG_ID = Base.PkgId(Base.UUID("44cfe95a-1eb2-52ea-b672-e2afdf69b78f"), "Pkg")
-
 """`] cmd`: Pkg's REPL mode against the active project. Pkg loads on first use (~1 s)."""
-function pkg_mode(cmd::AbstractString)
-    pkg = Base.require(PKG_ID)
-    mode = getfield(pkg, :REPLMode)
-    # `pkgstr` is what pkg"..." calls (Pkg 1.5 to current); newer Pkg also has do_cmds.
-    if isdefined(mode, :pkgstr)
-        Base.invokelatest(getfield(mode, :pkgstr), String(cmd))
-    else
-        Base.invokelatest(getfield(mode, :do_cmds), String(cmd), stdout)
-    end
-    nothing
-end
+pkg_mode(cmd::AbstractString) = Base.invokelatest(pkg_command, load_pkg(), String(cmd))
 
 """
     shell_mode(mod, line)
