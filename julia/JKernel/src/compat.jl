@@ -64,14 +64,18 @@ main_include_has(name::Symbol) = isdefined(Base, :MainInclude) && isdefined(Base
     set_main_global!(name, value)
 
 Set `ans` or `err` where the user's REPL keeps them. Julia 1.9 and newer keep both in
-`Base.MainInclude`, which Main uses (base/client.jl, release-1.10, release-1.12 and master:
-`setglobal!(Base.MainInclude, :ans, value)`); Julia 1.5-1.8 set `Main.ans` directly (1.5.3
-base/client.jl, `jl_set_global`), and have no `err`, which then lives in `MainNames`, beside
-`In` and `Out`, so it never overwrites a user's own `err`.
+`Base.MainInclude` and set them with `setglobal!(Base.MainInclude, :ans, value)` (base/client.jl
+and stdlib/REPL/src/REPL.jl, release-1.10, release-1.12 and master); 1.5-1.8 set `Main.ans`
+directly (1.5.3 base/client.jl, `jl_set_global`), and have no `err`, which then lives in
+`MainNames`, beside `In` and `Out`, so it never overwrites a user's own `err`.
 """
 function set_main_global!(name::Symbol, value)
     if main_include_has(name)
-        Core.eval(Base.MainInclude, Expr(:global, Expr(:(=), name, QuoteNode(value))))
+        if isdefined(Core, :setglobal!)
+            getfield(Core, :setglobal!)(Base.MainInclude, name, value)
+        else
+            Core.eval(Base.MainInclude, Expr(:global, Expr(:(=), name, QuoteNode(value))))
+        end
     elseif name === :ans
         ccall(:jl_set_global, Cvoid, (Any, Any, Any), Main, :ans, value)
     else
