@@ -733,9 +733,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M50",
         "cells are interactive as at the REPL: isinteractive() is true",
-        (Edit(JK_MAIN, "mark_interactive!()   # isinteractive(), as at the REPL and in IJulia",
-              "nothing  # mutant M50"),),
+        (Edit(JK_COMPAT, "    set_interactive!(true)", "    nothing  # mutant M50"),),
         (f"{RP}::test_cells_are_interactive_as_at_the_repl",),
+    ),
+    Mutant(
+        "M52",
+        "a server that cannot start ends Julia with status 1 although cells are interactive",
+        (Edit(JK_COMPAT, "        set_interactive!(was)", "        nothing  # mutant M52"),),
+        (f"{RP}::test_a_server_that_cannot_start_still_ends_with_status_1",),
     ),
     Mutant(
         "M51",

@@ -13,21 +13,36 @@ end
 # ---- the session: isinteractive(), the REPL backend's AST transforms ----
 
 """
-    mark_interactive!()
+    interactive_session(f)
 
-Make `isinteractive()` true, as at the REPL and in IJulia: packages and Base take their
-interactive branch (Pkg's `]` mode warns "intended for interactive use only" otherwise;
-loading announces "Precompiling X" at Info level, not Debug). `isinteractive()` reads the
-global `Base.is_interactive` (base/initdefs.jl: `is_interactive = false` in 1.5.3 and
+Run `f`, the server, with `isinteractive()` true, as at the REPL and in IJulia: packages and
+Base take their interactive branch (Pkg's `]` mode warns "intended for interactive use only"
+otherwise; loading announces "Precompiling X" at Info level, not Debug). `isinteractive()`
+reads the global `Base.is_interactive` (base/initdefs.jl: `is_interactive = false` in 1.5.3 and
 release-1.10, `is_interactive::Bool = false` with `isinteractive() = is_interactive` in
-release-1.12 and master). IJulia's kernel set it the same way until its kernelspec passed
-`-i` (JuliaLang/IJulia.jl src/kernel.jl before commit de99a14, 2025-05:
-`Core.eval(Base, :(is_interactive = true))`, "workaround JuliaLang/julia#6765").
+release-1.12 and master). IJulia's kernel set it the same way (JuliaLang/IJulia.jl
+src/kernel.jl: `Core.eval(Base, :(is_interactive = true))`, "workaround JuliaLang/julia#6765")
+until commit de99a14 (2025-05) dropped it, its kernelspec passing `-i`. We do not pass `-i`:
+it also turns the script's end into a REPL on stdin (below) and can print a banner.
+
+The flag is put back when `f` returns or throws. With it set, Julia does not `exit(1)` after a
+script error, and runs its REPL on stdin once the script is over (base/client.jl
+`exec_options` in 1.5.3 and release-1.10; `_start` calling `repl_main` in release-1.12 and
+master): a server that failed to start would wait in a REPL and end with status 0. (`serve`
+ends the process itself with `exit`, which runs no `finally`.)
 """
-function mark_interactive!()
-    isdefined(Base, :is_interactive) && Core.eval(Base, :(is_interactive = true))
-    nothing
+function interactive_session(f)
+    isdefined(Base, :is_interactive) || return f()
+    was = isinteractive()
+    set_interactive!(true)
+    try
+        return f()
+    finally
+        set_interactive!(was)
+    end
 end
+
+set_interactive!(flag::Bool) = Core.eval(Base, :(is_interactive = $flag))
 
 """
     default_ast_transforms(softscope) -> Vector{Any}

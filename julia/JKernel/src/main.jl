@@ -10,7 +10,8 @@ function watch_parent!()
     nothing
 end
 
-main(args = ARGS) = outside_cancel_scope(() -> serve(args))
+# isinteractive() is true while the server runs (compat.jl, interactive_session).
+main(args = ARGS) = interactive_session(() -> outside_cancel_scope(() -> serve(args)))
 
 """
     running_julia_path()
@@ -41,7 +42,6 @@ end
 
 function serve(args)
     Base.exit_on_sigint(false)
-    mark_interactive!()   # isinteractive(), as at the REPL and in IJulia
     DIAG[] = stderr
     length(args) == 1 || (diag("usage: julia server.jl <port>"); exit(2))
     port = tryparse(Int, args[1])
