@@ -16,8 +16,8 @@ end
 
 Evaluate a help expression (`REPL.helpmode`) in a hard scope. Since Julia 1.11 it is a block
 that assigns `docs` (`quote docs = Markdown.insert_hlines(...); ... end` in
-stdlib/REPL/src/docview.jl, read in a 1.12-era version, index id 1806256757; 1.5.3's is a
-plain call): at top level that would overwrite, or fail on, a user's global `docs`.
+stdlib/REPL/src/docview.jl, release-1.12 and master; 1.5.3's and release-1.10's is a plain
+call): at top level that would overwrite, or fail on, a user's global `docs`.
 """
 eval_help(ex) = Core.eval(Main, Expr(:let, Expr(:block), ex))
 
