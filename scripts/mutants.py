@@ -743,6 +743,53 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{RP}::test_a_server_that_cannot_start_still_ends_with_status_1",),
     ),
     Mutant(
+        "M53",
+        "cells get the REPL's default AST transforms (1.12+: the non-owning access warning)",
+        (
+            Edit(
+                JK_COMPAT,
+                "copy(REPL.repl_ast_transforms) : Any[REPL.softscope]",
+                "Any[REPL.softscope] : Any[REPL.softscope]  # mutant M53",
+            ),
+        ),
+        (f"{CT}::test_cells_get_the_repls_default_ast_transforms",),
+    ),
+    Mutant(
+        "M54",
+        "where ^C is a cancellation, each cell opens its ^C episode from a task of its own",
+        (Edit(JK_COMPAT, "HAS_CANCEL_SCOPES || return f()", "return f()  # mutant M54"),),
+        (f"{CT}::test_each_cell_opens_its_c_episode_from_a_task_of_its_own",),
+    ),
+    Mutant(
+        "M55",
+        "an interrupt reaches a cell that runs in a task of its own",
+        (
+            Edit(
+                JK_HELPERS,
+                "t = something(CELL_TASK[], EVAL_TASK[])",
+                "t = EVAL_TASK[]  # mutant M55",
+            ),
+        ),
+        (f"{CT}::test_each_cell_opens_its_c_episode_from_a_task_of_its_own",),
+    ),
+    Mutant(
+        "M56",
+        "a fresh compile cache is loaded with master's isprecompiled (no `sourcepath`)",
+        (
+            Edit(
+                LAUNCHER,
+                "Base.isprecompiled(pkg) :",
+                "Base.isprecompiled(pkg; sourcepath = entry) :  # mutant M56",
+            ),
+            Edit(
+                LAUNCHER_REST,
+                "Base.isprecompiled(pkg) :",
+                "Base.isprecompiled(pkg; sourcepath = entry) :  # mutant M56",
+            ),
+        ),
+        (f"{PC}::test_a_fresh_cache_is_loaded_by_masters_isprecompiled",),
+    ),
+    Mutant(
         "M51",
         "inspect finds nothing for an undocumented name, past 1.11+'s internal-binding warning",
         (
