@@ -36,11 +36,23 @@ let script = joinpath(@__DIR__, "server.jl"),
     end
 
     # Why the cache cannot be used, or nothing when it can. Julia's own check decides:
-    # Base.isprecompiled(pkg; sourcepath) on 1.10+ (base/loading.jl, "compat: Julia 1.10";
-    # read in JuliaLang/julia at ad0620f) or stale_cachefile(modpath, cachefile) over every
-    # cache file on 1.5-1.9 (base/loading.jl of 1.5.3: `true` means stale). Both say why only
-    # through @debug, which a SimpleLogger at Debug level catches for the log line. If the
-    # check itself fails (an internal API that changed), the source is the safe way.
+    # Base.isprecompiled(pkg) on 1.10+ (base/loading.jl, "compat: Julia 1.10") or
+    # stale_cachefile(modpath, cachefile) over every cache file on 1.5-1.9 (base/loading.jl of
+    # 1.5.3: `true` means stale). Both say why only through @debug, which a SimpleLogger at
+    # Debug level catches for the log line. If the check itself fails (an internal API that
+    # changed), the source is the safe way.
+    #
+    # isprecompiled finds the source as `require` does, through LOAD_PATH (with_package puts
+    # this directory first): by default `sourcepath = Base.locate_package(pkg)` in
+    # release-1.10 and release-1.12. Master has no `sourcepath` keyword any more
+    # (`isprecompiled(pkg::PkgId; ignore_loaded::Bool=false)`, since #60018, a v1.14 item of
+    # its NEWS.md), so passing `entry` would be a MethodError there: the source on every start.
+    # No require_lock is taken (read in master's base/loading.jl): isprecompiled,
+    # find_all_in_cache_path, stale_cachefile and compilecache assert none, and
+    # locate_package_load_spec and maybe_root_module take it themselves. Around `require` it
+    # would deadlock 1.11/1.12 when the cache needs compiling: `_require_prelocked` unlocks it
+    # once to run Precompilation.precompilepkgs, whose @async tasks take it (stale_cachefile's
+    # maybe_root_module; base/loading.jl and base/precompilation.jl, release-1.12).
     function cache_problem()
         found = try
             check_cache()
@@ -57,7 +69,7 @@ let script = joinpath(@__DIR__, "server.jl"),
             reasons = IOBuffer()
             logger = Base.CoreLogging.SimpleLogger(reasons, Base.CoreLogging.Debug)
             fresh = Base.CoreLogging.with_logger(logger) do
-                isdefined(Base, :isprecompiled) ? Base.isprecompiled(pkg; sourcepath = entry) :
+                isdefined(Base, :isprecompiled) ? Base.isprecompiled(pkg) :
                     any(f -> Base.stale_cachefile(entry, f) !== true,
                         Base.find_all_in_cache_path(pkg))
             end
@@ -119,7 +131,8 @@ let script = joinpath(@__DIR__, "server.jl"),
             run(pipeline(compile; stdin = devnull, stdout = stdout, stderr = stdout); wait = false)
         end
         Base.include(Main, entry)
-        jk = Main.JKernel
+        # In the latest world: `Main.JKernel` is newer than this thunk (see server.jl's end).
+        jk = Base.invokelatest(getproperty, Main, :JKernel)
     end
     jk   # server.jl calls its main
 end

@@ -43,7 +43,7 @@ Core.eval(Module(:JKernelLauncher), quote
             prepend!(empty!(LOAD_PATH), [@__DIR__, "@stdlib"])
             pushfirst!(DEPOT_PATH, depot)
             # the same check as launcher.jl's check_cache, without its reasons
-            if isdefined(Base, :isprecompiled) ? Base.isprecompiled(pkg; sourcepath = entry) :
+            if isdefined(Base, :isprecompiled) ? Base.isprecompiled(pkg) :
                     any(f -> Base.stale_cachefile(entry, f) !== true, Base.find_all_in_cache_path(pkg))
                 Base.require(pkg)
                 Base.root_module(pkg)
@@ -62,5 +62,10 @@ Core.eval(Module(:JKernelLauncher), quote
     end
     delete!(ENV, "JUTUL_JKERNEL_DEPOT")
     delete!(ENV, "JUTUL_JKERNEL_PRECOMPILED")
-    Base.invokelatest(jk.main)
+    # `main` is read in the latest world, not this thunk's: from source it was defined after
+    # the thunk began, and Julia 1.12+ warns of such a read ("Detected access to binding ... in
+    # a world prior to its definition world", src/module.c, release-1.12 and master), an
+    # UndefVarError under --depwarn=error. (`jk.main` as invokelatest's argument is read in the
+    # current world: the 1.12 docstring of @invokelatest, base/reflection.jl.)
+    Base.invokelatest(Base.invokelatest(getproperty, jk, :main))
 end)

@@ -81,6 +81,8 @@ DOCTOR = "jutul_jkernel/doctor.py"
 DOC = "tests/test_doctor.py"
 RDV = "jutul_jkernel/rendezvous.py"
 APP = "jutul_jkernel/app.py"
+JK_COMPAT = "julia/JKernel/src/compat.jl"
+ENV_T = "tests/test_environment.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -327,7 +329,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M24",
         "loops in cells update globals (soft scope), as in the REPL and IJulia",
-        (Edit(JK_EVAL, "SOFTSCOPE[] ? Any[REPL.softscope] : Any[]", "Any[]"),),
+        (Edit(JK_EVAL, "default_ast_transforms(SOFTSCOPE[])", "default_ast_transforms(false)"),),
         (f"{RP}::test_a_loop_updates_a_global_as_in_the_repl",),
     ),
     # M25 (display from another thread without the hop to thread 1) is gone: since the
@@ -745,6 +747,78 @@ MUTANTS: tuple[Mutant, ...] = (
         "the kernel binds no TCP port beyond its connection file's five (no IOPub pipe)",
         (Edit(APP, "kernelapp.IOPubThread = _IOPubThreadWithoutPipe", "pass  # mutant M92"),),
         ("tests/test_security.py::test_a_kernel_binds_no_tcp_port_but_its_connection_files",),
+    ),
+    Mutant(
+        "M50",
+        "cells are interactive as at the REPL: isinteractive() is true",
+        (Edit(JK_COMPAT, "    set_interactive!(true)", "    nothing  # mutant M50"),),
+        (f"{RP}::test_cells_are_interactive_as_at_the_repl",),
+    ),
+    Mutant(
+        "M52",
+        "a server that cannot start ends Julia with status 1 although cells are interactive",
+        (Edit(JK_COMPAT, "        set_interactive!(was)", "        nothing  # mutant M52"),),
+        (f"{RP}::test_a_server_that_cannot_start_still_ends_with_status_1",),
+    ),
+    Mutant(
+        "M53",
+        "cells get the REPL's default AST transforms (1.12+: the non-owning access warning)",
+        (
+            Edit(
+                JK_COMPAT,
+                "copy(REPL.repl_ast_transforms) : Any[REPL.softscope]",
+                "Any[REPL.softscope] : Any[REPL.softscope]  # mutant M53",
+            ),
+        ),
+        (f"{CT}::test_cells_get_the_repls_default_ast_transforms",),
+    ),
+    Mutant(
+        "M54",
+        "where ^C is a cancellation, each cell opens its ^C episode from a task of its own",
+        (Edit(JK_COMPAT, "HAS_CANCEL_SCOPES || return f()", "return f()  # mutant M54"),),
+        (f"{CT}::test_each_cell_opens_its_c_episode_from_a_task_of_its_own",),
+    ),
+    Mutant(
+        "M55",
+        "an interrupt reaches a cell that runs in a task of its own",
+        (
+            Edit(
+                JK_HELPERS,
+                "t = something(CELL_TASK[], EVAL_TASK[])",
+                "t = EVAL_TASK[]  # mutant M55",
+            ),
+        ),
+        (f"{CT}::test_each_cell_opens_its_c_episode_from_a_task_of_its_own",),
+    ),
+    Mutant(
+        "M56",
+        "a fresh compile cache is loaded with master's isprecompiled (no `sourcepath`)",
+        (
+            Edit(
+                LAUNCHER,
+                "Base.isprecompiled(pkg) :",
+                "Base.isprecompiled(pkg; sourcepath = entry) :  # mutant M56",
+            ),
+            Edit(
+                LAUNCHER_REST,
+                "Base.isprecompiled(pkg) :",
+                "Base.isprecompiled(pkg; sourcepath = entry) :  # mutant M56",
+            ),
+        ),
+        (f"{PC}::test_a_fresh_cache_is_loaded_by_masters_isprecompiled",),
+    ),
+    Mutant(
+        "M51",
+        "inspect finds nothing for an undocumented name, past 1.11+'s internal-binding warning",
+        (
+            Edit(
+                JK_COMPAT,
+                "if md isa Markdown.MD && !isempty(md.content) && first(md.content) isa "
+                "Markdown.Admonition",
+                "if false  # mutant M51",
+            ),
+        ),
+        (f"{ENV_T}::test_inspect_looks_past_the_internal_binding_warning",),
     ),
 )
 

@@ -10,6 +10,11 @@ they failed for users before the fix:
   compiling called ``pipe_writer`` on a stdout type of ours, whose methods that world cannot see
   ("method too new", audit N10).
 
+Two more are preloaded where they matter: 1.12+'s second default REPL AST transform, the
+warning for a name reached through a module that does not own it (audit N5; preloaded with the
+others), and master's ^C episodes, whose foreground task the last ^C rung freezes (audit N7;
+its own kernel, loading JKernel from source, see ``contracts/sigint_episodes.jl``).
+
 The cells here are what a notebook does first: print, log, ask for help, ``]`` and ``;`` modes,
 and ``using`` a package that compiles. The invariant behind N10 is checked directly too:
 ``stdout``, ``stderr`` and the logger's stream are Base types, through any ``IOContext``, after
@@ -29,12 +34,12 @@ import pytest_asyncio
 
 from jutul_jkernel.supervisor import ExecutionResult, JuliaSupervisor
 
-from .conftest import SHARED, STARTUP_TIMEOUT, Output
+from .conftest import SHARED, STARTUP_TIMEOUT, Output, StartSignal
 
 pytestmark = pytest.mark.integration
 
 CONTRACTS = Path(__file__).parent / "contracts"
-PRELOADS = ("abstractpipe_getproperty.jl", "require_world.jl")
+PRELOADS = ("abstractpipe_getproperty.jl", "require_world.jl", "repl_ast_transforms.jl")
 # Compiling a fresh package starts a second Julia: seconds on a loaded 2-core machine.
 CELL_BOUND = 120.0
 
@@ -108,6 +113,8 @@ async def test_the_contracts_took_hold(newer_julia: JuliaSupervisor) -> None:
     )
     assert (await run(newer_julia, code)).text == "true"
     assert (await run(newer_julia, "isdefined(Base, :CONTRACT_REQUIRE_WORLD)")).text == "true"
+    code = "Tuple(nameof.(JKernel.REPL.repl_ast_transforms))"
+    assert (await run(newer_julia, code)).text == "(:softscope, :warn_on_non_owning_accesses)"
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -151,6 +158,52 @@ async def test_help_pkg_and_shell_modes_work(newer_julia: JuliaSupervisor, tmp_p
     out = Output()
     r = await run(newer_julia, ";echo from the shell", out)
     assert r.status == "ok" and out.text() == "from the shell\n", (r, out.chunks)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_cells_get_the_repls_default_ast_transforms(newer_julia: JuliaSupervisor) -> None:
+    """As at the 1.12+ prompt, a name reached through a module that does not own it (and does
+    not make it public) is warned about once, and the cell still runs (audit N5)."""
+    defined = "module OwnsF; f() = 1; end; module ReachesF; import ..OwnsF: f; end"
+    assert (await run(newer_julia, defined)).status == "ok"
+    out = Output()
+    r = await run(newer_julia, "ReachesF.f() + OwnsF.f()", out)
+    assert (r.status, r.text) == ("ok", "2"), r
+    warning = "f is defined in Main.OwnsF and is not public in Main.ReachesF"
+    assert warning in out.text("stderr"), out.chunks
+    assert "not public in Main.OwnsF" not in out.text("stderr"), out.chunks  # its owner's: none
+    out = Output()
+    assert (await run(newer_julia, "ReachesF.f()", out)).text == "1"
+    assert warning not in out.text("stderr"), out.chunks  # once, as the REPL's maxlog = 1
+
+
+async def test_each_cell_opens_its_c_episode_from_a_task_of_its_own(tmp_path: Path) -> None:
+    """Master's last ^C rung freezes the task that opened the episode for good; with master's
+    names (contracts/sigint_episodes.jl) that task is the cell's own, never the evaluation loop
+    the next cells need, and an interrupt still ends the cell where it runs (audit N7)."""
+    env = {"JUTUL_JKERNEL_PRECOMPILED": "no"}  # the names are read when JKernel loads
+    args = ["-L", str(CONTRACTS / "sigint_episodes.jl")]
+    sup = JuliaSupervisor(julia_args=args, env=env, startup_timeout=STARTUP_TIMEOUT)
+    started = StartSignal(tmp_path)
+    try:
+        await sup.start()
+        assert (await run(sup, "JKernel.HAS_CANCEL_SCOPES")).text == "true"
+        code = "t = current_task(); t !== JKernel.EVAL_TASK[], Base._sigint_foreground_task[] === t"
+        assert (await run(sup, code)).text == "(true, true)"
+        # the next cell opened its own episode, and the last one's task is over
+        code = "istaskdone(t), Base._sigint_foreground_task[] === current_task() !== t"
+        assert (await run(sup, code)).text == "(true, true)"
+        cell = f"{started.julia}; try; sleep(60); finally; global stopped = true; end"
+        task = asyncio.create_task(sup.execute(cell, None))
+        await started.wait_async(CELL_BOUND)
+        await sup.interrupt()
+        r = await asyncio.wait_for(task, CELL_BOUND)
+        assert r.status == "interrupted" and r.interrupt_path == "frame", r
+        assert (await run(sup, "stopped")).text == "true"  # the cell's task itself was stopped
+        assert (await run(sup, "1 + 1")).text == "2"
+    finally:
+        started.close()
+        await sup.shutdown()
 
 
 @pytest.mark.asyncio(loop_scope="module")

@@ -266,6 +266,37 @@ async def test_inspect_leaves_a_users_docs_alone(julia: JuliaSupervisor, definit
 
 
 @pytest.mark.asyncio(loop_scope="module")
+async def test_inspect_of_an_undocumented_name_finds_nothing(coloured: JuliaSupervisor) -> None:
+    """N4: an undocumented name answers found=false (the frontend then shows nothing), for a
+    function of the user's and for an internal name of Base's."""
+    assert (await run(coloured, "undocumented_fn_for_inspect(x) = x")).status == "ok"
+    for name in ("undocumented_fn_for_inspect", "Base.uv_write"):
+        doc = await coloured.inspect(name, len(name))
+        assert doc["found"] is False, (name, doc)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_inspect_looks_past_the_internal_binding_warning(coloured: JuliaSupervisor) -> None:
+    """N4's gate: 1.11+ puts a "may be internal" admonition before "No documentation found"
+    (docview.jl, insert_internal_warning). The help text of that shape, built here, is still
+    no documentation; a docstring, with or without the warning before it, is documentation."""
+    r = await run(
+        coloured,
+        """
+        import Markdown
+        internal_warning() = Markdown.Admonition("warning", "Warning", Any[Markdown.Paragraph(
+            Any["The following bindings may be internal; they may change or be removed."])])
+        undocumented = Markdown.parse("No documentation found for private binding `Base.x`.")
+        documented = Markdown.parse("Add the numbers.")
+        pushfirst!(undocumented.content, internal_warning())
+        pushfirst!(documented.content, internal_warning())
+        (JKernel.documentation_found(undocumented), JKernel.documentation_found(documented))
+        """,
+    )
+    assert (r.status, r.text) == ("ok", "(false, true)")
+
+
+@pytest.mark.asyncio(loop_scope="module")
 async def test_help_expression_cannot_assign_globals(coloured: JuliaSupervisor) -> None:
     """The 1.11+ help expression shape (a block assigning `docs`) leaves Main untouched."""
     r = await run(

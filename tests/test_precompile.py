@@ -123,6 +123,29 @@ async def test_a_fresh_cache_is_loaded(cached: JuliaSupervisor) -> None:
     assert await value(cached, "JKernel.LOADED_FROM[]") == '"cache"'
 
 
+async def test_a_fresh_cache_is_loaded_by_masters_isprecompiled(
+    compiled: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Master's Base.isprecompiled(pkg; ignore_loaded) has no `sourcepath` keyword
+    (tests/contracts/isprecompiled_master.jl emulates it): the fresh cache is still found
+    through LOAD_PATH and loaded, not rejected by a MethodError on every start (audit N8)."""
+    server, depot = compiled
+    monkeypatch.setattr(_resources, "server_script", lambda: server)
+    contract = Path(__file__).parent / "contracts" / "isprecompiled_master.jl"
+    sup = JuliaSupervisor(
+        julia_args=["-L", str(contract)],
+        startup_timeout=STARTUP_TIMEOUT,
+        env={"JUTUL_JKERNEL_DEPOT": str(depot)},
+    )
+    await sup.start()
+    try:
+        assert await value(sup, "isdefined(Base, :CONTRACT_ISPRECOMPILED)") == "true"
+        assert loaded_from(sup) == "cache", log_of(sup)
+        assert SOURCE_LINE not in log_of(sup)
+    finally:
+        await sup.shutdown()
+
+
 async def test_the_package_is_invisible_to_the_user(cached: JuliaSupervisor) -> None:
     """After loading, LOAD_PATH and DEPOT_PATH are what plain julia has: `using JKernel` finds
     no package, `Pkg.status()` does not list it, and the cache depot is in no user path."""

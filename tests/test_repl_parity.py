@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
+from jutul_jkernel import _resources
 from jutul_jkernel.supervisor import JuliaSupervisor
 
 from .conftest import STARTUP_TIMEOUT, shared_kernel
@@ -108,6 +111,38 @@ async def test_soft_scope_can_be_turned_off() -> None:
         r = await julia.execute("s = 0; for i in 1:10; s += i; end; s", name="In[1]")
         assert r.status == "error" and r.error is not None
         assert r.error.ename == "UndefVarError", r.error
+
+
+# ---- the session ----
+
+
+def test_cells_are_interactive_as_at_the_repl(kernel: Kernel) -> None:
+    """isinteractive() is true, as at the REPL and in IJulia (N3): packages take their
+    interactive branch, and Pkg's `]` mode does not warn that it is for interactive use only."""
+    _, kc = kernel
+    assert ok(kc, "isinteractive()")[0] == "true"
+
+
+def test_a_server_that_cannot_start_still_ends_with_status_1(tmp_path: Path) -> None:
+    """isinteractive() is true only while the server runs. With it set when the script ends,
+    Julia skips a script error's exit(1) and runs its REPL on stdin (base/client.jl,
+    exec_options): a server that cannot reach the supervisor would end with status 0, or wait
+    for input, instead of failing as any script does."""
+    with socket.socket() as unused:  # bound, never listening: connecting is refused
+        unused.bind(("127.0.0.1", 0))
+        env = {**os.environ, "JUTUL_JKERNEL_TOKEN": "t", "JUTUL_JKERNEL_PRECOMPILED": "no"}
+        done = subprocess.run(
+            ["julia", "--startup-file=no", str(_resources.server_script()),
+             str(unused.getsockname()[1])],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=STARTUP_TIMEOUT,
+        )
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+    assert "connection refused" in done.stderr, done.stderr[-2000:]
 
 
 # ---- ans, In, Out, err ----

@@ -10,7 +10,8 @@ What a notebook cell can call (as `JKernel.name`; `In`, `Out` and `IJulia` are i
 `display(x; display_id)`, `update_display`, `clear_output`, `progress(itr; desc)`,
 `input(prompt; password)`, and IJulia's notebook API through `IJulia` (see `ijulia.jl`).
 
-The files, in load order: `state.jl` (limits and all server state), `helpers.jl`, `wire.jl`
+The files, in load order: `state.jl` (limits and all server state), `compat.jl` (what differs
+by Julia version, each branch citing the upstream source it follows), `helpers.jl`, `wire.jl`
 (frames), `capture.jl` (fd 1 and 2, drain markers, write buffering), `display.jl`, `progress.jl`,
 `stdin.jl`, `repl.jl` (cell semantics and REPL modes), `ijulia.jl` (the IJulia shim),
 `eval.jl` (evaluation, interrupts, warm-up), `queries.jl` (complete, inspect, is_complete),
@@ -18,11 +19,6 @@ The files, in load order: `state.jl` (limits and all server state), `helpers.jl`
 `precompile.jl` (the signatures compiled into the package cache).
 """
 module JKernel
-
-# This module is I/O glue: LLVM optimisation buys nothing and costs start-up time.
-@static if isdefined(Base.Experimental, Symbol("@optlevel"))
-    Base.Experimental.@optlevel 0
-end
 
 using Sockets
 using REPL
@@ -33,6 +29,7 @@ using Logging: ConsoleLogger, global_logger
 const SRC_DIR = @__DIR__
 
 include("state.jl")
+include("compat.jl")
 include("helpers.jl")
 include("wire.jl")
 include("capture.jl")

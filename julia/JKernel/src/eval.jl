@@ -32,21 +32,13 @@ function install_interrupt_sink!()
                 diag("interrupt sink got ", sprint(showerror, e))
         end
     end
-    # The REPL's backends start with `REPL.softscope` (REPL.jl, repl_ast_transforms), so a
+    # The REPL's backends start with its default transforms, `REPL.softscope` first, so a
     # loop in a cell updates a global as it does at the prompt and in IJulia.
-    BACKEND[] = Backend(sink, true, SOFTSCOPE[] ? Any[REPL.softscope] : Any[])
+    BACKEND[] = Backend(sink, true, default_ast_transforms(SOFTSCOPE[]))
     try
         Core.eval(Base, :(active_repl_backend = $(BACKEND[])))
     catch e
         diag("could not install the interrupt sink: ", sprint(showerror, e))
-    end
-end
-
-function parse_cell(code::String, filename::String)
-    @static if isdefined(Base, :parse_input_line)
-        return Base.parse_input_line(code; filename = filename)
-    else
-        return Meta.parseall(code; filename = filename)
     end
 end
 
@@ -193,7 +185,8 @@ function evaluate(id::Int, code::String, name::String, named::Bool)
     status, text, rich, report = try
         cell = named ? cell_number(name, id) : 0
         cell > 0 && (In[cell] = code)
-        INTERRUPTED_BEFORE_START[] == id ? INTERRUPTED : run_cell(Main, code, name, cell)
+        INTERRUPTED_BEFORE_START[] == id ? INTERRUPTED :
+            in_cell_task(() -> run_cell(Main, code, name, cell))
     catch e
         is_interrupt(e) || rethrow()
         INTERRUPTED

@@ -46,7 +46,7 @@ it will reach the evaluation.
 """
 function forward_interrupt()
     CURRENT[] == 0 && return false
-    t = EVAL_TASK[]
+    t = something(CELL_TASK[], EVAL_TASK[])   # a cell's own task where it has one (compat.jl)
     if IN_USER[] && t !== current_task() && !istaskdone(t)
         # schedule(...; error=true) first takes the task off whatever queue it waits in, so a
         # second interrupt just replaces the first.

@@ -10,7 +10,8 @@ function watch_parent!()
     nothing
 end
 
-main(args = ARGS) = outside_cancel_scope(() -> serve(args))
+# isinteractive() is true while the server runs (compat.jl, interactive_session).
+main(args = ARGS) = interactive_session(() -> outside_cancel_scope(() -> serve(args)))
 
 """
     running_julia_path()
@@ -32,8 +33,7 @@ end
 function set_up_main!()
     SOFTSCOPE[] = !(lowercase(get(ENV, "JUTUL_JKERNEL_SOFTSCOPE", "yes")) in ("no", "0", "false", "off"))
     # Julia 1.9+ exports `err` from Base.MainInclude to Main: a second export would be ambiguous.
-    (isdefined(Base, :MainInclude) && isdefined(Base.MainInclude, :err)) ||
-        Core.eval(MainNames, :(export err))
+    main_include_has(:err) || Core.eval(MainNames, :(export err))
     # A package is not bound in Main as the script was: cells call `JKernel.display` and the
     # like, so bind the module itself (a user's `using JKernel` still finds no package).
     isdefined(Main, :JKernel) || Core.eval(Main, :(const JKernel = $JKernel))
@@ -58,8 +58,9 @@ function serve(args)
     length(args) == 1 || (diag("usage: julia server.jl <socket path | port>"); exit(2))
     address = args[1]
     empty!(ARGS)   # user code sees no kernel arguments, as in the REPL and IJulia
-    # --color=yes (the kernelspec's default). exec_options sets have_color from the flag in
-    # 1.5.3 and through colored_text(opts) in >= 1.11 (base/client.jl, index id 1409021567).
+    # --color=yes (the kernelspec's default). JuliaLang/julia base/client.jl exec_options sets
+    # have_color from the flag: `color_set ? (opts.color == 1) : nothing` in 1.5.3, and
+    # `colored_text(opts)` in the release-1.12-era copy read (the one with `-m` entry points).
     COLOR[] = Base.have_color === true
     STARTUP_PENDING[] = get(ENV, "JUTUL_JKERNEL_STARTUP_FILE", "yes") != "no"
     delete!(ENV, "JUTUL_JKERNEL_STARTUP_FILE")

@@ -12,25 +12,12 @@ function codepoints_before(code::String, i::Int)
 end
 
 """
-    completion_string(c, completions_module=REPL.REPLCompletions)
-
-The text a completion inserts. Julia 1.12 and newer have no `completion_text` method for
-LaTeX and emoji completions (`\\alpha`): `BslashCompletion` only has `named_completion`
-(stdlib/REPL/src/REPLCompletions.jl of 1.12 and of the JuliaSyntax-based version, index ids
-2066884698 and 274482070; IJulia src/handlers.jl makes the same choice).
-"""
-completion_string(c, completions_module::Module = REPL.REPLCompletions) =
-    isdefined(completions_module, :named_completion) ?
-        completions_module.named_completion(c).completion::String :
-        completions_module.completion_text(c)::String
-
-"""
     eval_help(ex)
 
 Evaluate a help expression (`REPL.helpmode`) in a hard scope. Since Julia 1.11 it is a block
 that assigns `docs` (`quote docs = Markdown.insert_hlines(...); ... end` in
-stdlib/REPL/src/docview.jl, read in a 1.12-era version, index id 1806256757; 1.5.3's is a
-plain call): at top level that would overwrite, or fail on, a user's global `docs`.
+stdlib/REPL/src/docview.jl, release-1.12 and master; 1.5.3's and release-1.10's is a plain
+call): at top level that would overwrite, or fail on, a user's global `docs`.
 """
 eval_help(ex) = Core.eval(Main, Expr(:let, Expr(:block), ex))
 
@@ -53,7 +40,7 @@ function answer_query(op::String, code::String, cursor::Int)
             return Dict("found" => false)
         end
         plain = sprint(show, MIME("text/plain"), md; context = :color => false)
-        found = !startswith(lstrip(plain), "No documentation found")
+        found = documentation_found(md)
         data = Dict("text/plain" => plain, "text/markdown" => sprint(show, MIME("text/markdown"), md))
         return Dict("found" => found, "data" => data)
     elseif op == "is_complete"

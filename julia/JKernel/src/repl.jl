@@ -1,5 +1,5 @@
-# repl.jl: the REPL's cell semantics: history (In/Out), hooks, `]` and `;` modes, soft scope,
-# and Julia 1.14's scoped ^C.
+# repl.jl: the REPL's cell semantics: history (In/Out), hooks, `]` and `;` modes, soft scope.
+# What differs by Julia version (ans/err, Pkg, ^C as a cancellation) is in compat.jl.
 
 const SOFTSCOPE = Ref(true)          # JUTUL_JKERNEL_SOFTSCOPE=no turns it off (read in main)
 
@@ -26,30 +26,6 @@ function cell_number(name::String, id::Int)
     m = match(r"^In\[([0-9]{1,9})\]$", name)
     return m === nothing ? id : parse(Int, m.captures[1])
 end
-
-"""
-    set_main_global!(name, value)
-
-Set `ans` or `err` where the user's REPL keeps them. Julia 1.9 and newer keep both in
-`Base.MainInclude`, which Main uses (base/client.jl: `setglobal!(Base.MainInclude, :ans,
-value)` in `eval_user_input`); Julia 1.5-1.8 set `Main.ans` directly, and have no `err`, which
-then lives in `MainNames`, beside `In` and `Out`, so it never overwrites a user's own `err`.
-"""
-function set_main_global!(name::Symbol, value)
-    if isdefined(Base, :MainInclude) && isdefined(Base.MainInclude, name)
-        Core.eval(Base.MainInclude, Expr(:global, Expr(:(=), name, QuoteNode(value))))
-    elseif name === :ans
-        ccall(:jl_set_global, Cvoid, (Any, Any, Any), Main, :ans, value)
-    else
-        Core.eval(MainNames, Expr(:global, Expr(:(=), name, QuoteNode(value))))
-    end
-    nothing
-end
-
-"""`err` is what the REPL keeps of the last error: its exception stack (Julia 1.7 and newer,
-`current_exceptions`), or the exception itself on older Julia."""
-set_err!(e) = set_main_global!(:err, isdefined(Base, :current_exceptions) ?
-    Base.invokelatest(getfield(Base, :current_exceptions)) : e)
 
 """
     mode_line(code) -> Union{String,Nothing}
@@ -86,20 +62,8 @@ function eval_cell(mod::Module, code::String, filename::String)
     return Core.eval(mod, ast)
 end
 
-const PKG_ID = Base.PkgId(Base.UUID("44cfe95a-1eb2-52ea-b672-e2afdf69b78f"), "Pkg")
-
 """`] cmd`: Pkg's REPL mode against the active project. Pkg loads on first use (~1 s)."""
-function pkg_mode(cmd::AbstractString)
-    pkg = Base.require(PKG_ID)
-    mode = getfield(pkg, :REPLMode)
-    # `pkgstr` is what pkg"..." calls (Pkg 1.5 to current); newer Pkg also has do_cmds.
-    if isdefined(mode, :pkgstr)
-        Base.invokelatest(getfield(mode, :pkgstr), String(cmd))
-    else
-        Base.invokelatest(getfield(mode, :do_cmds), String(cmd), stdout)
-    end
-    nothing
-end
+pkg_mode(cmd::AbstractString) = Base.invokelatest(pkg_command, load_pkg(), String(cmd))
 
 """
     shell_mode(mod, line)
@@ -113,10 +77,7 @@ function shell_mode(mod::Module, line::AbstractString)
     cmd = Core.eval(mod, :(Base.cmd_gen($(Base.shell_parse(String(line))[1]))))
     (isempty(cmd.exec) || cmd.exec[1] == "cd") && return Base.repl_cmd(cmd, stdout)
     cmd.exec .= expanduser.(cmd.exec)
-    if !Sys.iswindows() && isdefined(Base, :shell_escape_posixly)
-        shell = Base.shell_split(get(ENV, "JULIA_SHELL", get(ENV, "SHELL", "/bin/sh")))
-        cmd = `$shell -c $("(" * Base.shell_escape_posixly(cmd) * ") && true")`
-    end
+    cmd = through_user_shell(cmd)
     # A process group of its own (detach), so that an interrupt can end the shell and what it
     # started, as Ctrl-C does to a terminal's foreground group.
     proc = run(pipeline(Cmd(ignorestatus(cmd); detach = true);
@@ -155,30 +116,3 @@ function local_ijulia_imports(ast)
 end
 local_ijulia_path(p) = p == Expr(:., :IJulia) ? Expr(:., :., :IJulia) :
     (p isa Expr && p.head === :(:)) ? Expr(:(:), local_ijulia_path(p.args[1]), p.args[2:end]...) : p
-
-# ---- Julia 1.14-DEV: ^C cancels a scoped token instead of throwing InterruptException ----
-# On master (NEWS "Julia v1.14": cancellation, #60281), `_start` runs the whole script under
-# a ^C episode token, every @async task inherits it, and once cancelled every wait, sleep and
-# socket write throws `Base.CancellationRequest`, which would end the server's own loops. So
-# the server's tasks run with no token, and each cell under a fresh episode's token, as the
-# REPL backend does (read in base/task.jl and base/client.jl at master, 2026-08). Everything
-# here is gated on the names existing; on Julia 1.5-1.13 it does nothing.
-
-is_cancellation(e) = isdefined(Base, :CancellationRequest) &&
-    e isa getfield(Base, :CancellationRequest)
-
-const HAS_CANCEL_SCOPES = isdefined(Base, :sigint_new_episode!) && isdefined(Base, :CANCEL_TOKEN)
-
-function with_cancel_token(f, token)
-    if isdefined(Base, :with_cancel_token)
-        return getfield(Base, :with_cancel_token)(f, token)
-    end
-    return getfield(Base, :ScopedValues).with(f, getfield(Base, :CANCEL_TOKEN) => token)
-end
-
-"""Run `f` (the server's start-up, whose tasks inherit the scope) where ^C cancels nothing."""
-outside_cancel_scope(f) = HAS_CANCEL_SCOPES ? with_cancel_token(f, nothing) : f()
-
-"""Run a cell's code under a fresh ^C episode, as the REPL runs each evaluation."""
-in_cell_scope(f) = HAS_CANCEL_SCOPES ?
-    with_cancel_token(f, getfield(Base, :sigint_new_episode!)()) : f()

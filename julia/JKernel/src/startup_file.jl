@@ -12,14 +12,7 @@ startup file ends a script (here: before the handshake).
 function run_startup_files()
     STARTUP_PENDING[] = false
     try
-        # load_julia_startup includes both files unconditionally in 1.5.3 and in >= 1.11
-        # (base/client.jl; index id 1409021567); it is internal, hence the fallback.
-        if isdefined(Base, :load_julia_startup)
-            Base.load_julia_startup()
-        elseif !isempty(DEPOT_PATH)
-            path = abspath(DEPOT_PATH[1], "config", "startup.jl")
-            isfile(path) && Base.include(Main, path)
-        end
+        load_startup_files()
     catch e
         bt = catch_backtrace()
         is_interrupt(e) && rethrow()

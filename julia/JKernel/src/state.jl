@@ -21,6 +21,8 @@ const DISPLAY_SIZE = (30, 100)
 const SOCK = Ref{Union{Base.PipeEndpoint, TCPSocket}}()   # see connect_supervisor
 const DIAG = Ref{IO}()                 # the process's original stdout: the startup log
 const EVAL_TASK = Ref{Task}()
+const CELL_TASK = Ref{Union{Nothing,Task}}(nothing)   # the running cell's own task, where
+                                                      # cells get one (compat.jl, in_cell_task)
 const CURRENT = Ref(0)                 # id of the running evaluation, 0 when idle
 const LAST_ID = Ref(0)                 # parent of output produced between evaluations
 const IN_USER = Ref(false)             # the evaluating task is inside user code

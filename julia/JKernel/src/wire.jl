@@ -64,7 +64,10 @@ function send_frame(kind::String, args::String, payload::AbstractVector{UInt8} =
         try
             write(SOCK[], buf)
         catch e
-            e isa InterruptException && rethrow()
+            # An interrupt is the cell's, not a dead socket. On master a cell's ^C is a
+            # CancellationRequest, and a socket write is a cancellation point ("the uv write
+            # cancel flag, see base/stream.jl", base/cancellation.jl): is_interrupt covers both.
+            is_interrupt(e) && rethrow()
             RELEASING[] && return   # release_workers is under way and exits when done
             diag("socket write failed (", sprint(showerror, e), "); exiting")
             Base.invokelatest(release_workers)

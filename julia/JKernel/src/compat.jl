@@ -1,0 +1,258 @@
+# compat.jl: the code that differs by Julia version. Each branch is gated on what exists
+# (`isdefined`), never on VERSION, and names the upstream file and branch it was written
+# against: Julia 1.5.3 is the only one that runs here, users run 1.10 to master.
+# (capture.jl keeps its own stdio gates; server.jl and launcher.jl, which run before this
+# package is loaded, keep theirs.)
+
+# This module is I/O glue: LLVM optimisation buys nothing and costs start-up time.
+# (`Base.Experimental.@optlevel`, base/experimental.jl in 1.5.3 and master.)
+@static if isdefined(Base.Experimental, Symbol("@optlevel"))
+    Base.Experimental.@optlevel 0
+end
+
+# ---- the session: isinteractive(), the REPL backend's AST transforms ----
+
+"""
+    interactive_session(f)
+
+Run `f`, the server, with `isinteractive()` true, as at the REPL and in IJulia: packages and
+Base take their interactive branch (Pkg's `]` mode warns "intended for interactive use only"
+otherwise; loading announces "Precompiling X" at Info level, not Debug). `isinteractive()`
+reads the global `Base.is_interactive` (base/initdefs.jl: `is_interactive = false` in 1.5.3 and
+release-1.10, `is_interactive::Bool = false` with `isinteractive() = is_interactive` in
+release-1.12 and master). IJulia's kernel set it the same way (JuliaLang/IJulia.jl
+src/kernel.jl: `Core.eval(Base, :(is_interactive = true))`, "workaround JuliaLang/julia#6765")
+until commit de99a14 (2025-05) dropped it, its kernelspec passing `-i`. We do not pass `-i`:
+it also turns the script's end into a REPL on stdin (below) and can print a banner.
+
+The flag is put back when `f` returns or throws. With it set, Julia does not `exit(1)` after a
+script error, and runs its REPL on stdin once the script is over (base/client.jl
+`exec_options` in 1.5.3 and release-1.10; `_start` calling `repl_main` in release-1.12 and
+master): a server that failed to start would wait in a REPL and end with status 0. (`serve`
+ends the process itself with `exit`, which runs no `finally`.)
+"""
+function interactive_session(f)
+    isdefined(Base, :is_interactive) || return f()
+    was = isinteractive()
+    set_interactive!(true)
+    try
+        return f()
+    finally
+        set_interactive!(was)
+    end
+end
+
+set_interactive!(flag::Bool) = Core.eval(Base, :(is_interactive = $flag))
+
+"""
+    default_ast_transforms(softscope) -> Vector{Any}
+
+The AST transforms a new REPL backend starts with, which cells get too: a copy of
+`REPL.repl_ast_transforms` ("defaults for new REPL backends"; the REPLBackend constructor
+copies it, stdlib/REPL/src/REPL.jl). That is `Any[softscope]` in 1.5.3 and release-1.10, and
+`Any[softscope, warn_on_non_owning_accesses]` in release-1.12 and master (the "X is defined
+in M and is not public in N" warning, 1.12 NEWS, #54872). `softscope = false`
+(JUTUL_JKERNEL_SOFTSCOPE=no) leaves out only `REPL.softscope`.
+"""
+function default_ast_transforms(softscope::Bool)
+    transforms = isdefined(REPL, :repl_ast_transforms) ?
+        copy(REPL.repl_ast_transforms) : Any[REPL.softscope]
+    softscope || filter!(f -> f !== REPL.softscope, transforms)
+    return transforms
+end
+
+# ---- parsing, ans and err, the startup file ----
+
+"""Parse a cell as the REPL parses a line (base/client.jl `parse_input_line`, 1.5.3 to master)."""
+function parse_cell(code::String, filename::String)
+    @static if isdefined(Base, :parse_input_line)
+        return Base.parse_input_line(code; filename = filename)
+    else
+        return Meta.parseall(code; filename = filename)
+    end
+end
+
+"""Julia 1.9 and newer keep `err` in `Base.MainInclude`, which Main uses."""
+main_include_has(name::Symbol) = isdefined(Base, :MainInclude) && isdefined(Base.MainInclude, name)
+
+"""
+    set_main_global!(name, value)
+
+Set `ans` or `err` where the user's REPL keeps them. Julia 1.9 and newer keep both in
+`Base.MainInclude` and set them with `setglobal!(Base.MainInclude, :ans, value)` (base/client.jl
+and stdlib/REPL/src/REPL.jl, release-1.10, release-1.12 and master); 1.5-1.8 set `Main.ans`
+directly (1.5.3 base/client.jl, `jl_set_global`), and have no `err`, which then lives in
+`MainNames`, beside `In` and `Out`, so it never overwrites a user's own `err`.
+"""
+function set_main_global!(name::Symbol, value)
+    if main_include_has(name)
+        if isdefined(Core, :setglobal!)
+            getfield(Core, :setglobal!)(Base.MainInclude, name, value)
+        else
+            Core.eval(Base.MainInclude, Expr(:global, Expr(:(=), name, QuoteNode(value))))
+        end
+    elseif name === :ans
+        ccall(:jl_set_global, Cvoid, (Any, Any, Any), Main, :ans, value)
+    else
+        Core.eval(MainNames, Expr(:global, Expr(:(=), name, QuoteNode(value))))
+    end
+    nothing
+end
+
+"""`err` is what the REPL keeps of the last error: its exception stack (Julia 1.7 and newer,
+`current_exceptions`), or the exception itself on older Julia."""
+set_err!(e) = set_main_global!(:err, isdefined(Base, :current_exceptions) ?
+    Base.invokelatest(getfield(Base, :current_exceptions)) : e)
+
+"""
+Include the startup files as the REPL does: `Base.load_julia_startup` includes the
+system-wide and the user's file unconditionally (base/client.jl in 1.5.3, release-1.10,
+release-1.12 and master); it is internal, hence the fallback to the user's file alone.
+"""
+function load_startup_files()
+    if isdefined(Base, :load_julia_startup)
+        Base.load_julia_startup()
+    elseif !isempty(DEPOT_PATH)
+        path = abspath(DEPOT_PATH[1], "config", "startup.jl")
+        isfile(path) && Base.include(Main, path)
+    end
+    nothing
+end
+
+# ---- REPL modes: `]` and `;` ----
+
+const PKG_ID = Base.PkgId(Base.UUID("44cfe95a-1eb2-52ea-b672-e2afdf69b78f"), "Pkg")
+
+"""
+    load_pkg() -> Module
+
+Pkg, as the REPL's `]` loads it. Julia 1.11 and newer load it as a stdlib, from Julia's own
+depot whatever the active project says (`Base.require_stdlib`, base/loading.jl in
+release-1.12 and master; the REPL's `load_pkg()` in stdlib/REPL/src/Pkg_beforeload.jl calls
+it); before that, through the load path (`Base.require`).
+"""
+load_pkg() = isdefined(Base, :require_stdlib) ?
+    getfield(Base, :require_stdlib)(PKG_ID) : Base.require(PKG_ID)
+
+"""
+    pkg_command(pkg, cmd)
+
+Run one `]` command with Pkg's REPL mode. Called through `invokelatest`: Pkg may have been
+loaded after this task's world began, and on 1.12+ reading its bindings from an older world
+is an error in waiting (see server.jl). `pkgstr` is what `pkg"..."` calls (Pkg release-1.5
+to master, src/REPLMode/REPLMode.jl); `do_cmds` is the fallback of newer Pkg.
+"""
+function pkg_command(pkg::Module, cmd::String)
+    mode = pkg.REPLMode
+    isdefined(mode, :pkgstr) ? mode.pkgstr(cmd) : mode.do_cmds(cmd, stdout)
+    nothing
+end
+
+"""
+Run `cmd` through \$JULIA_SHELL / \$SHELL like the REPL's `;` (base/client.jl `repl_cmd`;
+`Base.shell_escape_posixly` is in base/shell.jl of 1.5.3, release-1.10, release-1.12 and master).
+"""
+function through_user_shell(cmd::Cmd)
+    (Sys.iswindows() || !isdefined(Base, :shell_escape_posixly)) && return cmd
+    shell = Base.shell_split(get(ENV, "JULIA_SHELL", get(ENV, "SHELL", "/bin/sh")))
+    return `$shell -c $("(" * Base.shell_escape_posixly(cmd) * ") && true")`
+end
+
+# ---- queries ----
+
+"""
+    completion_string(c, completions_module=REPL.REPLCompletions)
+
+The text a completion inserts. Julia 1.12 and newer have no `completion_text` method for
+LaTeX and emoji completions (`\\alpha`): `BslashCompletion` only has `named_completion`
+(stdlib/REPL/src/REPLCompletions.jl, release-1.12 and master:
+`named_completion(c::BslashCompletion) = NamedCompletion(c.completion, c.name)`; release-1.10
+has only `completion_text`; IJulia src/handlers.jl makes the same choice).
+"""
+completion_string(c, completions_module::Module = REPL.REPLCompletions) =
+    isdefined(completions_module, :named_completion) ?
+        completions_module.named_completion(c).completion::String :
+        completions_module.completion_text(c)::String
+
+"""
+    documentation_found(md) -> Bool
+
+Whether help found documentation: its text does not start with "No documentation found".
+Julia 1.11 and newer put a warning first when the name is not public ("The following
+bindings may be internal; ...": `insert_internal_warning` in stdlib/REPL/src/docview.jl,
+release-1.12 and master, does `pushfirst!(md.content, admonition)`), so leading admonitions
+are looked past. 1.5.3 and release-1.10 prepend nothing.
+"""
+function documentation_found(md)
+    Markdown = REPL.Markdown   # docview.jl's `using Markdown` (1.5.3 to master)
+    if md isa Markdown.MD && !isempty(md.content) && first(md.content) isa Markdown.Admonition
+        rest = findfirst(x -> !(x isa Markdown.Admonition), md.content)
+        rest === nothing && return true
+        md = Markdown.MD(md.content[rest:end])
+    end
+    plain = sprint(show, MIME("text/plain"), md; context = :color => false)
+    return !startswith(lstrip(plain), "No documentation found")
+end
+
+# ---- ^C as a cancellation (Julia 1.14-DEV, master) ----
+# On master (NEWS.md: "In interactive sessions, ^C now cancels the current evaluation's
+# cancellation scope (instead of throwing an InterruptException into whatever code happened
+# to be running)", #60281), `_start` runs the whole script under a ^C episode token, every
+# @async task inherits it, and once cancelled every wait, sleep and socket write throws
+# `Base.CancellationRequest` (base/cancellation.jl: "Cancellation is uniformly
+# level-triggered"), which would end the server's own loops. So the server's tasks run with no
+# token ("Scoping `Base.CANCEL_TOKEN => nothing` instead *shields* the enclosed code",
+# base/cancellation.jl), and each cell in a task of its own, under a fresh episode's token, as
+# the REPL backend runs each evaluation (base/Base.jl `sigint_new_episode!`). Everything here
+# is gated on the names existing; on Julia 1.5-1.13 it does nothing.
+
+is_cancellation(e) = isdefined(Base, :CancellationRequest) &&
+    e isa getfield(Base, :CancellationRequest)
+
+const HAS_CANCEL_SCOPES = isdefined(Base, :sigint_new_episode!) && isdefined(Base, :CANCEL_TOKEN)
+
+function with_cancel_token(f, token)
+    if isdefined(Base, :with_cancel_token)
+        return getfield(Base, :with_cancel_token)(f, token)
+    end
+    return getfield(Base, :ScopedValues).with(f, getfield(Base, :CANCEL_TOKEN) => token)
+end
+
+"""Run `f` (the server's start-up, whose tasks inherit the scope) where ^C cancels nothing."""
+outside_cancel_scope(f) = HAS_CANCEL_SCOPES ? with_cancel_token(f, nothing) : f()
+
+"""Run a cell's code under a fresh ^C episode, as the REPL runs each evaluation."""
+in_cell_scope(f) = HAS_CANCEL_SCOPES ?
+    with_cancel_token(f, getfield(Base, :sigint_new_episode!)()) : f()
+
+"""
+    in_cell_task(f)
+
+Run a cell (`f`, which ends up in `in_cell_scope`) and return its value: where ^C is a
+cancellation, in a task of its own, so that the task that opens the cell's ^C episode is the
+cell's and not the evaluation loop. Master's `sigint_new_episode!` records its caller as "the
+task driving the current foreground evaluation", and the last rung of the ^C ladder
+(`_sigint_dispatch_pass`, base/Base.jl) freezes that task: `freeze_task!(fg, ...)` at
+`CANCEL_REQUEST_ABANDON_ALL`, whose tasks "are frozen in place and never scheduled again"
+(base/cancellation.jl). Frozen, the evaluation loop would answer nothing more; a frozen cell
+task is only the cell lost. Its waiter is woken with a TaskFailedException and the task's
+state is `:abandoned` (test/cancellation_exec.jl on master, "task abandonment wakes
+waiters"), and that cell ends interrupted. While the task runs, interrupts are forwarded to it
+(`CELL_TASK`, see forward_interrupt).
+"""
+function in_cell_task(f)
+    HAS_CANCEL_SCOPES || return f()
+    cell = Task(f)   # sticky, so it runs on this thread, as the evaluation loop does
+    CELL_TASK[] = cell
+    try
+        schedule(cell)
+        return fetch(cell)
+    catch e
+        if e isa TaskFailedException && e.task === cell && cell.state === :abandoned
+            throw(InterruptException())
+        end
+        rethrow()
+    finally
+        CELL_TASK[] = nothing
+    end
+end
