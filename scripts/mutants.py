@@ -83,6 +83,8 @@ RDV = "jutul_jkernel/rendezvous.py"
 APP = "jutul_jkernel/app.py"
 JK_COMPAT = "julia/JKernel/src/compat.jl"
 ENV_T = "tests/test_environment.py"
+JK_DISPLAY = "julia/JKernel/src/display.jl"
+OC = "tests/test_output_context.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -819,6 +821,54 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (f"{ENV_T}::test_inspect_looks_past_the_internal_binding_warning",),
+    ),
+    Mutant(
+        "M110",
+        "every MIME is rendered with :limit => true (a DataFrame shows 25 rows, not all)",
+        (Edit(JK_DISPLAY, ":limit => true, :color", ":color"),),
+        (
+            f"{OC}::test_a_frame_as_the_cells_value_shows_its_short_form",
+            f"{OC}::test_every_display_path_shows_the_short_form",
+        ),
+    ),
+    Mutant(
+        "M111",
+        "every MIME is rendered with :jupyter => true (Luxor shows no viewer, only the image)",
+        (Edit(JK_DISPLAY, ":jupyter => true,", ""),),
+        (f"{OC}::test_a_drawing_knows_it_is_in_a_notebook",),
+    ),
+    Mutant(
+        "M112",
+        "stdout and stderr carry :jupyter_stream, kept by derived contexts and the logger",
+        (
+            Edit(
+                JK_CAPTURE,
+                "Base.ImmutableDict{Symbol,Any}(dict, :jupyter_stream, name)",
+                "dict)  # mutant M112",
+            ),
+        ),
+        (
+            f"{OC}::test_stdout_and_stderr_name_their_stream",
+            f"{OC}::test_derived_contexts_and_the_logger_keep_the_stream",
+        ),
+    ),
+    Mutant(
+        "M114",
+        "values are rendered with the kernel's :color, as IJulia renders them",
+        (Edit(JK_DISPLAY, ":color => COLOR[], :jupyter", ":color => false, :jupyter"),),
+        (f"{OC}::test_values_are_rendered_with_the_kernels_colour",),
+    ),
+    Mutant(
+        "M118",
+        "display(mime, x) renders in the same context as a cell's value",
+        (
+            Edit(
+                JK_DISPLAY,
+                "data = Dict{String,Any}(m => render(mime, x))",
+                "data = Dict{String,Any}(m => sprint(show, mime, x))  # mutant M118",
+            ),
+        ),
+        (f"{OC}::test_every_display_path_shows_the_short_form",),
     ),
 )
 

@@ -55,7 +55,8 @@ COLOUR_CELL = 'printstyled("red"; color=:red); println(); @warn "careful"'
 async def test_color_reaches_printstyled_logging_and_tracebacks(
     coloured: JuliaSupervisor,
 ) -> None:
-    """With --color=yes output and tracebacks carry ANSI colour; evalue and values stay plain."""
+    """With --color=yes output and tracebacks carry ANSI colour; evalue stays plain. (Values are
+    rendered with :color too, as IJulia's: see test_output_context; a string has none.)"""
     out = Output()
     r = await run(coloured, COLOUR_CELL, out)
     assert r.status == "ok"

@@ -16,8 +16,8 @@
 # Without JUTUL_JKERNEL_STDOUT_FD (Windows: no inherited pipes), fd 1 and fd 2 are redirected
 # into in-process pipes and a pump task per stream forwards them as OUT frames; the drain then
 # waits until both pumps passed their marker. User code sees `stdout` and `stderr` as Base
-# `IOContext`s over the pipes that carry `:color` when Julia runs with --color=yes (see
-# StdioContext below).
+# `IOContext`s over the pipes that carry `:color` (when Julia runs with --color=yes) and
+# `:jupyter_stream`, as IJulia's do (see StdioContext below).
 
 """
     pump(rd, name)
@@ -217,8 +217,16 @@ end
 """The type of Julia's `stdout` and `stderr` in a kernel: a Base type (see above)."""
 const StdioContext = IOContext{Base.LibuvStream}
 
-stdio_context(pipe::Base.LibuvStream, color::Bool) =
-    StdioContext(pipe, Base.ImmutableDict{Symbol,Any}(:color, color))
+# The properties are IJulia's for its stdio (JuliaLang/IJulia.jl src/stdio.jl, `IJuliaStdio`):
+# `:color`, and `:jupyter_stream` naming the stream ("stdout", "stderr"). They sit in the
+# IOContext's own dict, so every derivation keeps them: `IOContext(stdout, :compact => true)`
+# and the logger's `IOContext(buf, stream)` (Base.ioproperties(::IOContext) is the dict,
+# JuliaLang/julia release-1.12 and master base/show.jl; `unwrapcontext` on release-1.10). IJulia's
+# own wrapper is no IOContext, and on 1.12+ its derivations keep only `:color`.
+function stdio_context(pipe::Base.LibuvStream, color::Bool, name::String)
+    dict = Base.ImmutableDict{Symbol,Any}(:color, color)
+    return StdioContext(pipe, Base.ImmutableDict{Symbol,Any}(dict, :jupyter_stream, name))
+end
 
 # Julia's `stderr` travels in the stdout pipe, between TO_STDERR and TO_STDOUT, when the
 # supervisor reads the pipes: it reads two pipes in no particular order, and a cell's prints to
@@ -331,8 +339,8 @@ function redirect_output!()
     STDERR_PIPE[] = wr_err
     line_buffer_c_stdout!()
     # Only the Julia objects change: fd 1 and 2 (C, child processes) already are the pipes.
-    Core.eval(Base, :(stdout = $(stdio_context(wr_out, COLOR[]))))
-    Core.eval(Base, :(stderr = $(stdio_context(wr_err, COLOR[]))))
+    Core.eval(Base, :(stdout = $(stdio_context(wr_out, COLOR[], "stdout"))))
+    Core.eval(Base, :(stderr = $(stdio_context(wr_err, COLOR[], "stderr"))))
     # The default logger captured the old stderr object: replace it with Base's own logger
     # (a logger of ours would be called from Base's loading world too).
     global_logger(ConsoleLogger(stderr))

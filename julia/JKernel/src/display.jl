@@ -34,16 +34,26 @@ function mime_bundle(x, mime::MIME)
     return data
 end
 
-render(m::MIME, x) = string(m) in BINARY_MIMES ? base64encode(io -> show(io, m, x)) :
-    sprint(io -> show(io, m, x))
+"""
+    output_context(io) -> IOContext
 
-function plain_text(x)
-    io = IOBuffer()
-    ctx = IOContext(io, :limit => true, :color => false, :displaysize => DISPLAY_SIZE,
-                    :module => Main)
-    show(ctx, MIME("text/plain"), x)
-    return String(take!(io))
-end
+The context every MIME a cell returns or displays is rendered in, IJulia's `InlineIOContext`
+(JuliaLang/IJulia.jl src/inline.jl): `:limit => true`, so that a package's `show` prints its
+short form (DataFrames' HTML shows 25 rows instead of all of them); `:jupyter => true`, which
+packages read to tell a notebook (Luxor's text/plain, PlotlyLight's text/html); `:color` as
+the kernel's stdout has it (IJulia always sets `true`, and its kernelspec runs Julia with
+`--color=yes`, as ours does by default; `--no-color` makes every output plain here). The
+REPL's `:displaysize` and `:module => Main` (short type names) come with it.
+"""
+output_context(io::IO) = IOContext(io, :limit => true, :color => COLOR[], :jupyter => true,
+                                   :displaysize => DISPLAY_SIZE, :module => Main)
+
+"""The data of `x` as `mime` in a display bundle: base64 for a binary type, else text."""
+render(m::MIME, x) = string(m) in BINARY_MIMES ?
+    base64encode(io -> show(output_context(io), m, x)) :
+    sprint(io -> show(output_context(io), m, x))
+
+plain_text(x) = render(MIME("text/plain"), x)
 
 """Send a display message of the running (or last) evaluation, after the output before it."""
 send_display(msg::Dict{String,Any}) = on_thread_one(() -> send_display_here(msg))
