@@ -84,7 +84,9 @@ APP = "jutul_jkernel/app.py"
 JK_COMPAT = "julia/JKernel/src/compat.jl"
 ENV_T = "tests/test_environment.py"
 JK_DISPLAY = "julia/JKernel/src/display.jl"
+JK_IJULIA = "julia/JKernel/src/ijulia.jl"
 OC = "tests/test_output_context.py"
+PR = "tests/test_prompts.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -853,10 +855,64 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "M113",
+        "Base.getpass asks with password=true: the frontend hides what is typed",
+        (
+            Edit(
+                JK_STDIN,
+                "with_suffix ? string(message, \": \") : message, true)",
+                "with_suffix ? string(message, \": \") : message, false)  # mutant M113",
+            ),
+        ),
+        (
+            f"{PR}::test_getpass_is_answered_through_input_reply",
+            f"{PR}::test_libgit2_credential_prompts",
+        ),
+    ),
+    Mutant(
         "M114",
         "values are rendered with the kernel's :color, as IJulia renders them",
         (Edit(JK_DISPLAY, ":color => COLOR[], :jupyter", ":color => false, :jupyter"),),
         (f"{OC}::test_values_are_rendered_with_the_kernels_colour",),
+    ),
+    Mutant(
+        "M115",
+        "Base.prompt returns its default for an empty answer",
+        (
+            Edit(
+                JK_STDIN,
+                "return isempty(line) ? String(default) : String(line)",
+                "return String(line)  # mutant M115",
+            ),
+        ),
+        (
+            f"{PR}::test_prompt_takes_its_default_for_an_empty_answer",
+            f"{PR}::test_libgit2_credential_prompts",
+        ),
+    ),
+    Mutant(
+        "M116",
+        "IJulia.readprompt(prompt; password=true) hides what is typed",
+        (
+            Edit(
+                JK_IJULIA,
+                'JKernel.ask_line("IJulia.readprompt", prompt, password)',
+                'JKernel.ask_line("IJulia.readprompt", prompt, false)  # mutant M116',
+            ),
+        ),
+        (f"{PR}::test_readprompt_and_readline",),
+    ),
+    Mutant(
+        "M117",
+        "without allow_stdin, a prompt's error names the call that wanted a line",
+        (
+            Edit(
+                JK_STDIN,
+                'error(asker, " needs a line from the frontend, but ", reply.msg)',
+                "error(reply.msg)  # mutant M117",
+            ),
+        ),
+        (f"{PR}::test_without_allow_stdin_the_error_names_the_call",),
     ),
     Mutant(
         "M118",
@@ -869,6 +925,12 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (f"{OC}::test_every_display_path_shows_the_short_form",),
+    ),
+    Mutant(
+        "M119",
+        "Base.prompt shows its message in the input request, not on stdout",
+        (Edit(JK_STDIN, "@static if isdefined(Base, :prompt)", "@static if false  # M119"),),
+        (f"{PR}::test_prompt_takes_its_default_for_an_empty_answer",),
     ),
 )
 

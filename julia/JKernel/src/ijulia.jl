@@ -42,6 +42,15 @@ end
 """Put the contents of `filename` into a new cell, like IPython's `%load`."""
 load(filename::AbstractString, replace::Bool = false) = load_string(read(filename, String), replace)
 
+"""
+    IJulia.readprompt(prompt; password=false) -> String
+
+Ask the frontend for one line, showing `prompt`; with `password=true` it hides what is typed.
+See https://jupyter-client.readthedocs.io/en/latest/messaging.html#messages-on-the-stdin-router-dealer-channel
+"""
+readprompt(prompt::AbstractString; password::Bool = false) =
+    JKernel.ask_line("IJulia.readprompt", prompt, password)
+
 """Accepted for IJulia's notebooks; output is never capped in this kernel."""
 function set_max_stdio(n::Integer)
     println(stderr, "IJulia.set_max_stdio($n): jutul-jkernel never caps a cell's output; ",
