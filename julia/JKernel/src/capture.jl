@@ -207,12 +207,15 @@ end
 # over the pipe, which is an `AbstractPipe` whose `pipe_writer` is Base's own, and which
 # carries `:color` for `printstyled`, the logging macros and `showerror`.
 #
-# Its type parameter is the abstract `Base.LibuvStream`, a parametrisation Base never builds
-# (its constructors take `typeof(io)`; derived contexts such as `IOContext(stderr, :k => v)`
-# are `IOContext{PipeEndpoint}`), so the methods below apply to these two objects only. In the
-# current world they add what the kernel needs; in Base's loading world they do not exist, and
-# Base's own `AbstractPipe` methods write straight to the pipe (stderr then goes to fd 2,
-# still stderr, ordered against stdout only as two pipes are).
+# Its type parameter is the abstract `Base.LibuvStream`, a parametrisation Base builds only from
+# these two objects: `IOContext(io::IO, dict)` takes `typeof(io)` of a plain stream, so no
+# other context is one. A context derived from ours, such as `IOContext(stderr, :k => v)`, is
+# `IOContext{PipeEndpoint}` up to release-1.10 (base/show.jl unwraps to `typeof(io.io)`) and
+# ours again from release-1.12 on (`IOContext(io::IOContext, dict) = typeof(io)(io.io, dict)`,
+# base/show.jl release-1.12 and master); the methods below are right for both, since they ask
+# only which pipe is inside. In the current world they add what the kernel needs; in Base's
+# loading world they do not exist, and Base's own `AbstractPipe` methods write straight to the
+# pipe (stderr then goes to fd 2, still stderr, ordered against stdout only as two pipes are).
 
 """The type of Julia's `stdout` and `stderr` in a kernel: a Base type (see above)."""
 const StdioContext = IOContext{Base.LibuvStream}
