@@ -262,9 +262,16 @@ async def test_stdout_and_stderr_keep_their_order(julia: JuliaSupervisor, output
     assert got[len(want)][0] == "stderr" and "Warning: done" in got[len(want)][1]
 
 
-async def test_output_keeps_its_place_around_displays(julia: JuliaSupervisor) -> None:
+@pytest.mark.parametrize("reading", ["steady", "paused for IOPub"])
+async def test_output_keeps_its_place_around_displays(julia: JuliaSupervisor, reading: str) -> None:
     """Output printed before a display comes before it, and output printed after comes after,
-    even when a pipe read holds both sides of it."""
+    even when a pipe read holds both sides of it.
+
+    "paused for IOPub": a kernel's backpressure stops reading the pipes after each read until
+    IOPub catches up (here: 20 ms). The display's frame then arrives while output before its
+    marker is still in the pipe, and output after the marker is read before the frame is handled:
+    both orderings are the supervisor's to keep (mutants M43 and M44). Read steadily, the pipe
+    is always ahead of the socket, and neither is ever tested."""
     seen: list[str] = []
 
     def on_output(stream: str, data: bytes) -> None:
@@ -273,8 +280,18 @@ async def test_output_keeps_its_place_around_displays(julia: JuliaSupervisor) ->
     def on_display(msg: dict[str, Any]) -> None:
         seen.append(f"[{msg['data']['text/plain']}]")
 
+    async def slow_iopub() -> None:
+        await asyncio.sleep(0.02)
+
     code = 'for i in 1:20; print("x" ^ 50_000, i); display(i); print("y", i); end'
-    r = await asyncio.wait_for(julia.execute(code, on_output, on_display=on_display), CELL_BOUND)
+    kept = julia.backpressure
+    if reading != "steady":
+        julia.backpressure = slow_iopub
+    try:
+        cell = julia.execute(code, on_output, on_display=on_display)
+        r = await asyncio.wait_for(cell, CELL_BOUND)
+    finally:
+        julia.backpressure = kept
     assert r.status == "ok"
     want = "".join(f"{'x' * 50_000}{i}[{i}]y{i}" for i in range(1, 21))
     got = "".join(seen)
