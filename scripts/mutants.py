@@ -204,7 +204,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "            else",
             ),
         ),
-        (f"{SJ}::test_sigint_alone_stops_each_case",),
+        (
+            f"{SJ}::test_sigint_alone_stops_each_case",
+            f"{SJ}::test_a_sigint_landing_in_a_server_task_reaches_the_cell",
+        ),
     ),
     Mutant(
         "M11",

@@ -527,6 +527,35 @@ async def test_sigint_alone_stops_each_case(
     print(f"\n[sigint alone] {case}: {signals} SIGINT(s), state kept")
 
 
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_sigint_landing_in_a_server_task_reaches_the_cell(
+    warm_julia: JuliaSupervisor, start_signal: StartSignal
+) -> None:
+    """Julia 1.5 throws a SIGINT in the task that last waited. While a cell sleeps, the flusher
+    wakes every 50 ms (FLUSH_INTERVAL), so a SIGINT sent half a second later lands in the
+    flusher, not in the cell: the server task must hand it to the cell (helpers.jl `guarded`,
+    mutant M10). test_sigint_alone_stops_each_case signals at once, when the cell itself was
+    the last to wait, and cannot see this path."""
+    julia = warm_julia
+    assert (await run(julia, "keep = 42")).status == "ok"
+    pid = julia.pid
+    assert pid is not None
+    task = asyncio.create_task(julia.execute(f"{start_signal.julia}; sleep(1000)"))
+    try:
+        await started_or_ended(task, start_signal)
+        await asyncio.sleep(0.5)  # ten flusher ticks after the cell went to sleep
+        os.killpg(pid, signal.SIGINT)
+        done, _ = await asyncio.wait({task}, timeout=INTERRUPT_BOUND)
+        assert done, "one SIGINT did not stop the sleeping cell"
+        result = task.result()
+    finally:
+        await stop_cell(julia, task)
+    assert result.status == "interrupted", result
+    assert result.interrupt_path is None  # the supervisor did nothing: the SIGINT did it
+    assert julia.alive and julia.pid == pid
+    assert (await run(julia, "keep")).text == "42"
+
+
 async def test_first_interrupt_in_a_fresh_session(
     julia: JuliaSupervisor, start_signal: StartSignal
 ) -> None:
