@@ -25,6 +25,30 @@ let script = joinpath(@__DIR__, "server.jl"),
         end
     end
 
+    # Load the source as Base.require loads a package it has no cache for, so that JKernel is a
+    # package in Julia's books whichever way it loaded: its `pkgversion` (that of every module in
+    # it, Main.IJulia's too, which ProgressMeter compares) and `pathof` are found. Base records
+    # where the package came from, then evaluates its file in `Base.__toplevel__` under the
+    # package's UUID (base/loading.jl: `_require`, "just load the file normally via include",
+    # in release-1.10; `__require_prelocked` in release-1.12 and master, which first calls
+    # `set_pkgorigin_version_path(pkg, path)` holding `require_lock`). A module evaluated there
+    # is a root module, registered with Base.register_root_module, with its parent's UUID
+    # (src/toplevel.c `jl_eval_module_expr` / `jl_begin_new_module`, the same three branches).
+    # Julia 1.5-1.8 keep no origins (no set_pkgorigin_version_path) and have no pkgversion.
+    function include_as_package()
+        if isdefined(Base, :set_pkgorigin_version_path) && isdefined(Base, :require_lock)
+            lock(() -> Base.set_pkgorigin_version_path(pkg, entry), Base.require_lock)
+        end
+        uuid = convert(NTuple{2,UInt64}, pkg.uuid)
+        old = ccall(:jl_module_uuid, NTuple{2,UInt64}, (Any,), Base.__toplevel__)
+        ccall(:jl_set_module_uuid, Cvoid, (Any, NTuple{2,UInt64}), Base.__toplevel__, uuid)
+        try
+            Base.include(Base.__toplevel__, entry)
+        finally
+            ccall(:jl_set_module_uuid, Cvoid, (Any, NTuple{2,UInt64}), Base.__toplevel__, old)
+        end
+    end
+
     writable(dir) = try
         mkpath(dir)
         probe = tempname(dir)
@@ -130,9 +154,8 @@ let script = joinpath(@__DIR__, "server.jl"),
             compile = `$(Base.julia_cmd()) --startup-file=no $script --precompile`
             run(pipeline(compile; stdin = devnull, stdout = stdout, stderr = stdout); wait = false)
         end
-        Base.include(Main, entry)
-        # In the latest world: `Main.JKernel` is newer than this thunk (see server.jl's end).
-        jk = Base.invokelatest(getproperty, Main, :JKernel)
+        with_package(include_as_package)
+        jk = Base.root_module(pkg)
     end
     jk   # server.jl calls its main
 end

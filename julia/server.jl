@@ -12,7 +12,7 @@
 #
 # A fresh cache is loaded with Base.require, here. Without one (first start, Julia or the
 # package changed: Julia's own staleness check decides), launcher.jl takes over: the source
-# is included as a plain module,
+# is loaded as Base.require loads a package without a cache (a root module, with its origin),
 # one line in Julia's log says why, and a compile for the next start runs beside this kernel
 # (it ends with the kernel's process group if the kernel ends first). A read-only cache
 # directory means source every time, also said in one line. Everything here (and in

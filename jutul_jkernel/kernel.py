@@ -22,6 +22,7 @@ import fnmatch
 import json
 import logging
 import os
+import re
 import signal
 import sys
 from collections import deque
@@ -66,6 +67,11 @@ _INPUT_POLL = 0.02
 # Julia's writes block rather than this process's memory grow.
 _IOPUB_SYNC_BYTES = 1024 * 1024
 _IOPUB_SYNC_TIMEOUT = 10.0
+# MIME types whose bundle value is JSON itself, not text: nbformat's v4 schema
+# (``"^application/(.*\\+)?json$"`` in mimebundle's patternProperties) stores them as JSON.
+# Julia sends them as the text `show` wrote (application/json, and what
+# IJulia.register_jsonmime adds, such as Vega-Lite's application/vnd.vegalite.v5+json).
+_JSON_MIME = re.compile(r"application/(.*\+)?json")
 # Cells kept for history_request: what jupyter console asks for (tail, n=1000). Unbounded, a
 # long-running kernel's memory would grow with every cell.
 _HISTORY_LIMIT = 1000
@@ -681,11 +687,13 @@ def _bundle(result: ExecutionResult, log: logging.Logger | Any) -> dict[str, Any
 
 
 def _decode_json_values(data: dict[str, Any], log: logging.Logger | Any) -> dict[str, Any]:
-    """application/json travels as the text Julia's show wrote; Jupyter wants the object."""
-    if isinstance(data.get("application/json"), str):
-        try:
-            data = {**data, "application/json": json.loads(data["application/json"])}
-        except ValueError:
-            log.warning("dropped application/json output that is not valid JSON")
-            data = {k: v for k, v in data.items() if k != "application/json"}
-    return data
+    """JSON types travel as the text Julia's show wrote; Jupyter wants the object."""
+    decoded = dict(data)
+    for mime, value in data.items():
+        if isinstance(value, str) and _JSON_MIME.fullmatch(mime):
+            try:
+                decoded[mime] = json.loads(value)
+            except ValueError:
+                log.warning("dropped %s output that is not valid JSON", mime)
+                del decoded[mime]
+    return decoded

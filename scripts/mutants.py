@@ -87,6 +87,7 @@ JK_DISPLAY = "julia/JKernel/src/display.jl"
 JK_IJULIA = "julia/JKernel/src/ijulia.jl"
 OC = "tests/test_output_context.py"
 PR = "tests/test_prompts.py"
+IJP = "tests/test_ijulia_packages.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -923,7 +924,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 JK_DISPLAY,
-                "data = Dict{String,Any}(m => render(mime, x))",
+                "data = Dict{String,Any}(m => jupyter_string(mime, x))",
                 "data = Dict{String,Any}(m => sprint(show, mime, x))  # mutant M118",
             ),
         ),
@@ -934,6 +935,123 @@ MUTANTS: tuple[Mutant, ...] = (
         "Base.prompt shows its message in the input request, not on stdout",
         (Edit(JK_STDIN, "@static if isdefined(Base, :prompt)", "@static if false  # M119"),),
         (f"{PR}::test_prompt_takes_its_default_for_an_empty_answer",),
+    ),
+    # ---- packages that know IJulia (issue 28) ----
+    Mutant(
+        "M100",
+        "ProgressMeter before 1.11 redraws: Main.IJulia.stdio_bytes[] = 0 works",
+        (
+            Edit(
+                JK_IJULIA,
+                "const stdio_bytes = Ref{Int}(0)",
+                "const stdio_bytes_dropped = Ref{Int}(0)  # mutant M100",
+            ),
+        ),
+        (f"{IJP}::test_progressmeter_1_9_resets_stdio_bytes",),
+    ),
+    Mutant(
+        "M101",
+        "ProgressMeter 1.11's branch for IJulia >= 1.30: Main.IJulia.reset_stdio_count() works",
+        (
+            Edit(
+                JK_IJULIA,
+                "reset_stdio_count() = (stdio_bytes[] = 0)",
+                "reset_stdio_count_dropped() = (stdio_bytes[] = 0)  # mutant M101",
+            ),
+        ),
+        (f"{IJP}::test_progressmeter_1_11_on_ijulia_1_30_resets_the_count",),
+    ),
+    Mutant(
+        "M102",
+        "pkgversion(Main.IJulia) is a VersionNumber when JKernel loads from source",
+        (
+            Edit(
+                LAUNCHER_REST,
+                "with_package(include_as_package) jk = Base.root_module(pkg)",
+                "Base.include(Main, entry)  # mutant M102\n"
+                "        jk = Base.invokelatest(getproperty, Main, :JKernel)",
+            ),
+        ),
+        (f"{IJP}::test_pkgversion_of_ijulia_is_a_version_however_jkernel_loads",),
+    ),
+    Mutant(
+        "M103",
+        "Plots' inline(): display(Main.IJulia.InlineDisplay(), plt) shows the plot",
+        (
+            Edit(
+                JK_IJULIA,
+                "Base.display(::InlineDisplay, x) = Base.display(JKernel.KernelDisplay(), x)",
+                "Base.display(::InlineDisplay, x) = nothing  # mutant M103",
+            ),
+        ),
+        (f"{IJP}::test_plots_inline_displays_through_inline_display",),
+    ),
+    Mutant(
+        "M104",
+        "PyPlot's withfig: Main.IJulia.undisplay(f) exists",
+        (Edit(JK_IJULIA, "undisplay(x) = x", "undisplay_dropped(x) = x  # mutant M104"),),
+        (f"{IJP}::test_pyplot_hooks_show_figures_after_each_cell",),
+    ),
+    Mutant(
+        "M105",
+        "IJulia.n is the running cell's number",
+        (
+            Edit(
+                JK_IJULIA,
+                "record_cell!(cell::Int) = (global n = cell; nothing)",
+                "record_cell!(cell::Int) = nothing  # mutant M105",
+            ),
+        ),
+        (f"{IJP}::test_n_ans_in_and_out_follow_the_cells",),
+    ),
+    Mutant(
+        "M106",
+        "IJulia.register_mime adds a MIME type to every bundle (Quarto's application/pdf)",
+        (
+            Edit(
+                JK_DISPLAY,
+                "isempty(REGISTERED_MIMES) && isempty(REGISTERED_JSON_MIMES) || "
+                "add_registered!(data, x)",
+                "nothing  # mutant M106",
+            ),
+        ),
+        (f"{IJP}::test_quarto_registers_pdf_figures",),
+    ),
+    Mutant(
+        "M107",
+        "a registered application/...+json type reaches Jupyter as JSON, not text",
+        (
+            Edit(
+                KER,
+                '_JSON_MIME = re.compile(r"application/(.*\\+)?json")',
+                '_JSON_MIME = re.compile(r"application/json")  # mutant M107',
+            ),
+        ),
+        (f"{IJP}::test_registered_json_types_reach_jupyter_as_json",),
+    ),
+    Mutant(
+        "M108",
+        "PlotlyLight's `stdout isa Main.IJulia.IJuliaStdio` answers false instead of failing",
+        (
+            Edit(
+                JK_IJULIA,
+                "abstract type IJuliaStdio <: IO end",
+                "# mutant M108: no IJuliaStdio",
+            ),
+        ),
+        (f"{IJP}::test_ijulia_internals_are_harmless",),
+    ),
+    Mutant(
+        "M109",
+        "IJulia.orig_stdout[] and orig_stderr[] reach the kernel's log",
+        (
+            Edit(
+                JK_MAIN,
+                "IJulia.orig_stdout[] = IJulia.orig_stderr[] = DIAG[]",
+                "nothing  # mutant M109",
+            ),
+        ),
+        (f"{IJP}::test_orig_stdout_is_the_log_not_the_notebook",),
     ),
 )
 

@@ -4,14 +4,64 @@ struct KernelDisplay <: AbstractDisplay end
 
 const DISPLAY_COUNTER = Ref(0)
 
-"""MIME bundle of `x`: text/plain always, plus every rich type `x` can show."""
+"""MIME bundle of `x`: text/plain always, plus every rich type `x` can show, plus those
+registered through `IJulia.register_mime` and `register_jsonmime`."""
 function mime_bundle(x)
     data = Dict{String,Any}()
     for m in RICH_MIMES
         showable(MIME(m), x) && (data[m] = render(MIME(m), x))
     end
+    isempty(REGISTERED_MIMES) && isempty(REGISTERED_JSON_MIMES) || add_registered!(data, x)
     data["text/plain"] = plain_text(x)
     return data
+end
+
+"""
+    add_registered!(data, x)
+
+Add to `data` the registered MIME types `x` can show, of each group the first (IJulia
+src/display.jl, `_display_dict`). A JSON type is shown as text, and one whose `show` fails is
+left out, as IJulia does.
+"""
+function add_registered!(data::Dict{String,Any}, x)
+    for group in REGISTERED_MIMES
+        m = first_showable(group, x)
+        m === nothing || haskey(data, string(m)) || (data[string(m)] = jupyter_string(m, x))
+    end
+    for group in REGISTERED_JSON_MIMES
+        m = first_showable(group, x)
+        (m === nothing || haskey(data, string(m))) && continue
+        try
+            data[string(m)] = jupyter_string(m, x, true)
+        catch e
+            is_interrupt(e) && rethrow()
+        end
+    end
+end
+
+first_showable(m::MIME, x) = showable(m, x) ? m : nothing
+function first_showable(group::Vector{MIME}, x)
+    for m in group
+        showable(m, x) && return m
+    end
+    return nothing
+end
+
+"""
+    jupyter_string(mime, x, text=false) -> String
+
+`x` shown as `mime`, as a Jupyter bundle holds it: text for a text type (or with `text`),
+base64 for a binary one. A string that the type cannot show is the data already, and so is a
+byte vector for a binary type (IJulia src/inline.jl, `limitstringmime` and `israwtext`).
+"""
+function jupyter_string(m::MIME, x, text::Bool = false)
+    if text || istextmime(m)
+        x isa AbstractString && !showable(m, x) && return String(x)
+        return render(m, x)
+    end
+    x isa AbstractVector{UInt8} && return base64encode(x)
+    shown = render(m, x)
+    return string(m) in BINARY_MIMES ? shown : base64encode(shown)   # render's base64 types
 end
 
 """
@@ -29,7 +79,7 @@ function mime_bundle(x, mime::MIME)
         return Dict{String,Any}(m => base64encode(x))
     end
     showable(mime, x) || throw(MethodError(Base.display, (mime, x)))   # Base tries the next display
-    data = Dict{String,Any}(m => render(mime, x))
+    data = Dict{String,Any}(m => jupyter_string(mime, x))
     m == "text/plain" || (data["text/plain"] = plain_text(x))
     return data
 end

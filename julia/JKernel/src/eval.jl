@@ -125,6 +125,7 @@ function run_cell(mod::Module, code::String, filename::String, cell::Int = 0)
         shown = value !== nothing && !ends_with_semicolon(code)
         if cell > 0
             set_main_global!(:ans, value)
+            IJulia.record_value!(value)
             shown && value !== Out && (Out[cell] = value)
             run_hooks(POSTEXECUTE_HOOKS)
         end
@@ -184,7 +185,7 @@ function evaluate(id::Int, code::String, name::String, named::Bool)
     # Julia (seen 1 in 48 under load). So every interrupt before the result ends in one.
     status, text, rich, report = try
         cell = named ? cell_number(name, id) : 0
-        cell > 0 && (In[cell] = code)
+        cell > 0 && (In[cell] = code; IJulia.record_cell!(cell))
         INTERRUPTED_BEFORE_START[] == id ? INTERRUPTED :
             in_cell_task(() -> run_cell(Main, code, name, cell))
     catch e

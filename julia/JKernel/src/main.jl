@@ -71,6 +71,8 @@ function serve(args)
     SOCK[] = connect_supervisor(address)
 
     redirect_output!()
+    # IJulia's "original" streams are where its log goes, not the notebook: here the log.
+    IJulia.orig_stdout[] = IJulia.orig_stderr[] = DIAG[]
     Core.eval(Base, :(stdin = $(KernelStdin(PipeBuffer()))))
     pushdisplay(KernelDisplay())
     set_up_main!()

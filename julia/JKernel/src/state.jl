@@ -16,6 +16,10 @@ const MAX_PAYLOAD = 256 * 1024 * 1024
 const RICH_MIMES = ("text/html", "text/markdown", "text/latex", "image/svg+xml",
                     "image/png", "image/jpeg", "application/json")
 const BINARY_MIMES = ("image/png", "image/jpeg")
+# MIME types `IJulia.register_mime` and `register_jsonmime` add to what a bundle tries (each a
+# MIME, or a group of which the first the value can show), as in IJulia src/display.jl.
+const REGISTERED_MIMES = Union{MIME,Vector{MIME}}[]
+const REGISTERED_JSON_MIMES = Union{MIME,Vector{MIME}}[]
 const DISPLAY_SIZE = (30, 100)
 
 const SOCK = Ref{Union{Base.PipeEndpoint, TCPSocket}}()   # see connect_supervisor
