@@ -154,8 +154,19 @@ let script = joinpath(@__DIR__, "server.jl"),
             compile = `$(Base.julia_cmd()) --startup-file=no $script --precompile`
             run(pipeline(compile; stdin = devnull, stdout = stdout, stderr = stdout); wait = false)
         end
-        with_package(include_as_package)
-        jk = Base.root_module(pkg)
+        try
+            with_package(include_as_package)
+            jk = Base.root_module(pkg)
+        catch e
+            # Internals of loading (above) that a future Julia may change must not cost the
+            # kernel: the plain module still serves every cell; only `pkgversion` and `pathof`
+            # of its modules are then `nothing`. In the latest world: `Main.JKernel` is newer
+            # than this thunk (see server.jl's end).
+            say("loading JKernel as a package failed (", sprint(showerror, e),
+                "); including it as a plain module")
+            Base.include(Main, entry)
+            jk = Base.invokelatest(getproperty, Main, :JKernel)
+        end
     end
     jk   # server.jl calls its main
 end

@@ -962,6 +962,19 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{IJP}::test_progressmeter_1_11_on_ijulia_1_30_resets_the_count",),
     ),
     Mutant(
+        "M99",
+        "a source start survives loading internals that changed: JKernel then loads as a plain "
+        "module",
+        (
+            Edit(
+                LAUNCHER_REST,
+                'say("loading JKernel as a package failed ("',
+                'rethrow()  # mutant M99\n            say("loading JKernel as a package failed ("',
+            ),
+        ),
+        (f"{IJP}::test_a_source_start_survives_loading_internals_that_changed",),
+    ),
+    Mutant(
         "M102",
         "pkgversion(Main.IJulia) is a VersionNumber when JKernel loads from source",
         (

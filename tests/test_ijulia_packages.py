@@ -211,6 +211,37 @@ async def test_pkgversion_of_ijulia_is_a_version_however_jkernel_loads(
         await sup.shutdown()
 
 
+# A Julia whose loading internals changed under include_as_package: here the origin record
+# throws (what a changed signature of set_pkgorigin_version_path would do).
+_BROKEN_ORIGINS = """
+Core.eval(Base, :(require_lock = ReentrantLock()))
+Core.eval(Base, :(set_pkgorigin_version_path(pkg, path) = error("emulated: origins changed")))
+"""
+
+
+async def test_a_source_start_survives_loading_internals_that_changed(tmp_path: Path) -> None:
+    """Loading JKernel's source as a package leans on loading internals (launcher.jl
+    `include_as_package`). Should a Julia change them so that the load throws, the kernel still
+    starts, from a plain module, and its log says why (mutant M99)."""
+    breaker = tmp_path / "broken_origins.jl"
+    breaker.write_text(_BROKEN_ORIGINS)
+    sup = JuliaSupervisor(
+        julia_args=["-L", str(breaker)],
+        env={"JUTUL_JKERNEL_PRECOMPILED": "no"},
+        startup_timeout=STARTUP_TIMEOUT,
+    )
+    await sup.start()
+    try:
+        assert sup._julia is not None and sup._julia.info.get("loaded_from") == "source"
+        assert await ok(sup, "1 + 1", 1) == "2"
+        assert await ok(sup, "IJulia.inited", 2) == "true"
+        assert sup.log_path is not None
+        log = Path(sup.log_path).read_text()
+        assert "loading JKernel as a package failed" in log and "origins changed" in log, log
+    finally:
+        await sup.shutdown()
+
+
 # ---- Plots, and packages that look for the IJulia package itself ----
 
 # Plots v1.38.5, src/output.jl, `inline` (the last Plots with it outside its IJulia extension).
