@@ -84,6 +84,7 @@ APP = "jutul_jkernel/app.py"
 JK_COMPAT = "julia/JKernel/src/compat.jl"
 ENV_T = "tests/test_environment.py"
 JK_DISPLAY = "julia/JKernel/src/display.jl"
+CC = "tests/test_cell_children.py"
 JK_IJULIA = "julia/JKernel/src/ijulia.jl"
 OC = "tests/test_output_context.py"
 PR = "tests/test_prompts.py"
@@ -931,6 +932,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "Base.prompt shows its message in the input request, not on stdout",
         (Edit(JK_STDIN, "@static if isdefined(Base, :prompt)", "@static if false  # M119"),),
         (f"{PR}::test_prompt_takes_its_default_for_an_empty_answer",),
+    ),
+    Mutant(
+        "M120",
+        "a cell still running after Julia took its interrupt gets it again (the next rung)",
+        (Edit(SUP, "ex.acks >= acks + 2", "True  # mutant M120"),),
+        (f"{CC}::test_a_cell_that_goes_on_after_its_interrupt_gets_it_again",),
     ),
 )
 
