@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 import psutil
 
-from . import _resources
+from . import _resources, children
 from .capture import OutputPipes, make_pipe, marker_prefix, new_marker
 from .juliaup import julia_argv
 from .protocol import Decoder, Frame, FrameKind, ProtocolError, encode, inner_frame
@@ -209,6 +209,9 @@ class _Execution:
     interrupter: asyncio.Task[None] | None = None
     acked: bool = False  # Julia took the current interrupt; the cell may still go on
     acks: int = 0  # ACK frames of this execution so far (the listener's and run_cell's)
+    # Julia's descendants when the execution was sent: an interrupted cell's new ones are
+    # stopped when it ends (children.py). None where that cannot be known (Windows).
+    children_before: children.Snapshot | None = None
     again: bool = False  # another interrupt was asked for while one was under way
     input_tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -514,6 +517,8 @@ class JuliaSupervisor:
             )
             self._current = ex
             j.stderr_tail.clear()  # a death report quotes this execution's stderr only
+            if not _IS_WINDOWS:
+                ex.children_before = children.descendants(j.proc.pid)
             try:
                 frame = (
                     encode(FrameKind.EXE, ex.id, payload=code.encode())
@@ -531,6 +536,8 @@ class JuliaSupervisor:
                 # Shielded: cancelling this task must not cancel the future, which stays
                 # the cell's fate while _settle interrupts it.
                 result = await asyncio.shield(ex.future)
+                if result.status == "interrupted":
+                    await self._stop_children(j, ex)
             except asyncio.CancelledError:
                 if self.alive and not ex.future.done():
                     # The caller gave up on the cell (a timeout, a cancelled task), but Julia
@@ -555,6 +562,14 @@ class JuliaSupervisor:
                 ex.interrupter = asyncio.create_task(self._escalate(ex))
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(ex.future), _SETTLE_WAIT)
+            j = self._julia
+            if (
+                j is not None
+                and ex.future.done()
+                and ex.future.exception() is None
+                and ex.future.result().status == "interrupted"
+            ):
+                await self._stop_children(j, ex)
         finally:
             if self._current is ex:
                 self._current = None
@@ -1236,6 +1251,30 @@ class JuliaSupervisor:
         ack: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiters[ex.id] = ack
         return ack
+
+    async def _stop_children(self, j: _Julia, ex: _Execution) -> None:
+        """Stop the processes an interrupted cell started and left running, and say so.
+
+        Interrupted, the cell's code has unwound, but what it started runs on: a `run` that
+        an INT frame interrupted leaves its process, and Pkg's precompile workers (`julia`
+        processes that Base.compilecache starts with `open(pipeline(...))`, JuliaLang/julia
+        release-1.10, release-1.12 and master base/loading.jl) go on compiling, and their
+        tasks print into later cells. A restart already killed Julia's whole group.
+        """
+        if ex.children_before is None or ex.killed_for_interrupt or j.dead:
+            return
+        left = children.started_since(j.proc.pid, ex.children_before)
+        if not left:
+            return
+        stopped = await asyncio.to_thread(children.stop, left)
+        if stopped and ex.on_output is not None:
+            n = len(stopped)
+            line = (
+                f"jutul-jkernel: stopped {n} process{'es' if n > 1 else ''} the cell started: "
+                f"{', '.join(stopped)}\n"
+            )
+            ex.on_output("stderr", line.encode())
+        log.info("execution %s: stopped %s", ex.id, ", ".join(stopped))
 
     def _start_over_if_asked_again(self, ex: _Execution) -> bool:
         """Julia took the interrupt; if another was asked for meanwhile and the cell goes on
