@@ -85,7 +85,8 @@ def started_since(pid: int, before: Snapshot) -> list[psutil.Process]:
 
 
 def stop(procs: list[psutil.Process]) -> list[str]:
-    """SIGTERM ``procs``, SIGKILL what is left after a bounded wait; describe each one stopped.
+    """SIGTERM ``procs``, SIGKILL what is left after a bounded wait; describe each one stopped
+    (one that outlives even SIGKILL, stuck in the kernel, is not named).
 
     Blocking (up to ``_TERM_WAIT + _KILL_WAIT``): run it in a thread.
     """
@@ -102,5 +103,5 @@ def stop(procs: list[psutil.Process]) -> list[str]:
             proc.kill()
         except psutil.Error:
             continue
-    psutil.wait_procs(alive, timeout=_KILL_WAIT)
-    return [names[p] for p in procs if p in names]
+    _, stuck = psutil.wait_procs(alive, timeout=_KILL_WAIT)
+    return [names[p] for p in procs if p in names and p not in stuck]
