@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 import psutil
 
-from . import _resources
+from . import _resources, children
 from .capture import OutputPipes, make_pipe, marker_prefix, new_marker
 from .juliaup import julia_argv
 from .protocol import Decoder, Frame, FrameKind, ProtocolError, encode, inner_frame
@@ -61,8 +61,9 @@ _FIRST_FRAME_WAIT = 5.0
 
 # Interrupt escalation. Julia ACKs an interrupt as soon as it reached the evaluation: the
 # listener when it hands an INT frame over, the evaluation when it catches one that came by
-# signal. An ACK ends the escalation; the cell then ends in its own time (rendering the error
-# can take a second when cold), and pressing stop again starts a new escalation.
+# signal (run_cell in eval.jl: the cell's code has unwound). An ACK of the latter kind ends the
+# escalation; the cell then ends in its own time (rendering the error can take a second when
+# cold), and pressing stop again starts a new escalation.
 # An INT frame stops every cell that yields (sleep, I/O, printing) and is ACKed in ~1 ms; a cell
 # that computes never lets the server read it, so after this long without an ACK, and without
 # any frame from Julia, we send SIGINT, which lands at the next safepoint (~2 ms for allocating
@@ -72,6 +73,16 @@ _FIRST_FRAME_WAIT = 5.0
 # (seen in 1 of ~30 print floods through the kernel).
 _INT_ACK_WAIT = 0.02
 _INT_ACK_MAX = 3.0
+# The listener's ACK says only that the INT frame was handed to the cell. Code that catches the
+# interrupt can go on, or hang: Pkg's precompile (JuliaLang/julia release-1.12
+# base/precompilation.jl, and Pkg release-1.10 src/precompilation.jl) catches it in
+# `wait(interrupted_or_done)` and then, with stderr not a TTY, waits in `handle_interrupt` for a
+# print task that waits for `first_started`, notified only after that wait returns (audit N14).
+# Unless the cell's code unwinds (run_cell's own ACK) or the cell ends within this long, or
+# while Julia compiles (a cold run_cell's error path: see _COMPILE_WAIT), the escalation goes
+# on to the SIGINT below, which also reaches the child processes in Julia's group, as Ctrl-C in
+# a terminal does.
+_UNWIND_WAIT = 1.0
 # Allocating loops and blocking ccalls ACK a SIGINT within milliseconds (bench: "interrupt"
 # rows); past this the code has no safepoint (a float spin) and we send a burst, which makes
 # Julia force the throw. Short, so that every shape stops within a second; not shorter, since
@@ -107,7 +118,7 @@ _EXIT_AFTER_TERM_WAIT = 0.5
 _REAP_WAIT = 2.0
 # A cancelled execution is interrupted: the whole escalation above, then a kill, fit in this.
 _SETTLE_WAIT = (
-    _INT_ACK_MAX + _SIGINT_WAIT + _COMPILE_WAIT + _BURST_COUNT * _BURST_GAP + _BURST_WAIT
+    _INT_ACK_MAX + _UNWIND_WAIT + _COMPILE_WAIT + _SIGINT_WAIT + _COMPILE_WAIT + _BURST_COUNT * _BURST_GAP + _BURST_WAIT
 ) + _AFTER_SIGNAL_WAIT + 2 * _REAP_WAIT
 # How much of Julia's stderr a death report quotes.
 _STDERR_TAIL_BYTES = 2048
@@ -197,6 +208,10 @@ class _Execution:
     kept_in_flight: int = 0  # bytes passed on while an interrupt was on its way
     interrupter: asyncio.Task[None] | None = None
     acked: bool = False  # Julia took the current interrupt; the cell may still go on
+    acks: int = 0  # ACK frames of this execution so far (the listener's and run_cell's)
+    # Julia's descendants when the execution was sent: an interrupted cell's new ones are
+    # stopped when it ends (children.py). None where that cannot be known (Windows).
+    children_before: children.Snapshot | None = None
     again: bool = False  # another interrupt was asked for while one was under way
     input_tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -502,6 +517,8 @@ class JuliaSupervisor:
             )
             self._current = ex
             j.stderr_tail.clear()  # a death report quotes this execution's stderr only
+            if not _IS_WINDOWS:
+                ex.children_before = children.descendants(j.proc.pid)
             try:
                 frame = (
                     encode(FrameKind.EXE, ex.id, payload=code.encode())
@@ -519,6 +536,8 @@ class JuliaSupervisor:
                 # Shielded: cancelling this task must not cancel the future, which stays
                 # the cell's fate while _settle interrupts it.
                 result = await asyncio.shield(ex.future)
+                if result.status == "interrupted":
+                    await self._stop_children(j, ex)
             except asyncio.CancelledError:
                 if self.alive and not ex.future.done():
                     # The caller gave up on the cell (a timeout, a cancelled task), but Julia
@@ -543,6 +562,14 @@ class JuliaSupervisor:
                 ex.interrupter = asyncio.create_task(self._escalate(ex))
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(ex.future), _SETTLE_WAIT)
+            j = self._julia
+            if (
+                j is not None
+                and ex.future.done()
+                and ex.future.exception() is None
+                and ex.future.result().status == "interrupted"
+            ):
+                await self._stop_children(j, ex)
         finally:
             if self._current is ex:
                 self._current = None
@@ -1003,6 +1030,7 @@ class JuliaSupervisor:
         if kind in (FrameKind.ANS, FrameKind.ACK):
             if ex is not None and int(args[0]) == ex.id:
                 ex.discarding = False  # what follows was written after the interrupt
+                ex.acks += kind is FrameKind.ACK
             waiter = self._waiters.pop(int(args[0]), None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(_json(frame) if kind is FrameKind.ANS else None)
@@ -1162,10 +1190,21 @@ class JuliaSupervisor:
             j.pipes.resume()  # an interrupt never waits for output to drain: it is dropped now
         try:
             ex.interrupt_path = "frame"
+            acks = ex.acks
             await self._send(j, encode(FrameKind.INT, ex.id))
             if await self._acked_before_silence(j, ex, ack):
-                self._start_over_if_asked_again(ex)
-                return
+                # Handed over; the cell's own ACK follows the listener's once its code unwound.
+                # Cold, unwinding means compiling run_cell's error path: wait while it compiles.
+                ack = self._next_ack(ex)
+                faults = _main_thread_faults(j.proc.pid)
+                if (
+                    ex.acks >= acks + 2
+                    or await _taken(ex, ack, _UNWIND_WAIT)
+                    or await _taken_while_compiling(j, ex, ack, faults)
+                ):
+                    self._start_over_if_asked_again(ex)
+                    return
+                log.info("execution %s goes on after its interrupt; interrupting again", ex.id)
             ex.interrupt_path = "sigint"
             faults = _main_thread_faults(j.proc.pid)
             log.debug("execution %s: no ACK of the INT frame; sending SIGINT", ex.id)
@@ -1206,6 +1245,36 @@ class JuliaSupervisor:
                 del self._waiters[ex.id]
             if ack.done() and not ack.cancelled():
                 ack.exception()  # the death that woke it is the execution's to report
+
+    def _next_ack(self, ex: _Execution) -> asyncio.Future[Any]:
+        """Wait anew for an ACK of ``ex``: the next rung's, or run_cell's after the listener's."""
+        ack: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiters[ex.id] = ack
+        return ack
+
+    async def _stop_children(self, j: _Julia, ex: _Execution) -> None:
+        """Stop the processes an interrupted cell started and left running, and say so.
+
+        Interrupted, the cell's code has unwound, but what it started runs on: a `run` that
+        an INT frame interrupted leaves its process, and Pkg's precompile workers (`julia`
+        processes that Base.compilecache starts with `open(pipeline(...))`, JuliaLang/julia
+        release-1.10, release-1.12 and master base/loading.jl) go on compiling, and their
+        tasks print into later cells. A restart already killed Julia's whole group.
+        """
+        if ex.children_before is None or ex.killed_for_interrupt or j.dead:
+            return
+        left = children.started_since(j.proc.pid, ex.children_before)
+        if not left:
+            return
+        stopped = await asyncio.to_thread(children.stop, left)
+        if stopped and ex.on_output is not None:
+            n = len(stopped)
+            line = (
+                f"jutul-jkernel: stopped {n} process{'es' if n > 1 else ''} the cell started: "
+                f"{', '.join(stopped)}\n"
+            )
+            ex.on_output("stderr", line.encode())
+        log.info("execution %s: stopped %s", ex.id, ", ".join(stopped))
 
     def _start_over_if_asked_again(self, ex: _Execution) -> bool:
         """Julia took the interrupt; if another was asked for meanwhile and the cell goes on
@@ -1407,7 +1476,8 @@ async def _taken_while_compiling(
     j: _Julia, ex: _Execution, ack: asyncio.Future[Any], faults: int | None
 ) -> bool:
     """Wait for the ACK while Julia's main thread keeps touching new memory (see
-    _COMPILE_WAIT); False once it touched none for _COMPILE_QUIET, or at the bound."""
+    _COMPILE_WAIT); False once it touched none for _COMPILE_QUIET, or at the bound. ``faults``
+    was read at least _COMPILE_QUIET ago."""
     if faults is None:
         return False
     loop = asyncio.get_running_loop()

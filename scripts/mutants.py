@@ -84,6 +84,8 @@ APP = "jutul_jkernel/app.py"
 JK_COMPAT = "julia/JKernel/src/compat.jl"
 ENV_T = "tests/test_environment.py"
 JK_DISPLAY = "julia/JKernel/src/display.jl"
+CHILDREN = "jutul_jkernel/children.py"
+CC = "tests/test_cell_children.py"
 JK_IJULIA = "julia/JKernel/src/ijulia.jl"
 OC = "tests/test_output_context.py"
 PR = "tests/test_prompts.py"
@@ -162,9 +164,9 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 SUP,
-                "if await self._acked_before_silence(j, ex, ack):"
-                " self._start_over_if_asked_again(ex) return",
-                "await self._acked_before_silence(j, ex, ack)  # mutant M7: no return on the ACK",
+                "ex.acks >= acks + 2 or await _taken(ex, ack, _UNWIND_WAIT)"
+                " or await _taken_while_compiling(j, ex, ack, faults)",
+                "False  # mutant M7: a SIGINT even after the cell took the frame",
             ),
         ),
         (f"{SJ}::test_interrupt_keeps_state", f"{SJ}::test_first_interrupt_in_a_fresh_session"),
@@ -1065,6 +1067,81 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (f"{IJP}::test_orig_stdout_is_the_log_not_the_notebook",),
+    ),
+    Mutant(
+        "M120",
+        "a cell still running after Julia took its interrupt gets it again (the next rung)",
+        (Edit(SUP, "ex.acks >= acks + 2", "True  # mutant M120"),),
+        (f"{CC}::test_a_cell_that_goes_on_after_its_interrupt_gets_it_again",),
+    ),
+    Mutant(
+        "M121",
+        "the processes an interrupted cell started are stopped when it ends",
+        (
+            Edit(
+                SUP,
+                'if result.status == "interrupted": await self._stop_children(j, ex)',
+                "if False:  # mutant M121\n                    pass",
+            ),
+        ),
+        (
+            f"{CC}::test_a_child_that_outlives_an_interrupted_cell_is_stopped",
+            f"{CC}::test_a_package_precompile_worker_is_stopped",
+        ),
+    ),
+    Mutant(
+        "M122",
+        "only the processes started during the interrupted cell are stopped, not earlier ones",
+        (
+            Edit(
+                SUP,
+                "ex.children_before = children.descendants(j.proc.pid)",
+                "ex.children_before = frozenset()  # mutant M122",
+            ),
+        ),
+        (f"{CC}::test_a_child_of_an_earlier_cell_survives_a_later_interrupt",),
+    ),
+    Mutant(
+        "M123",
+        "Distributed's workers (detached, in a group of their own) survive an interrupted cell",
+        (Edit(CHILDREN, "os.getpgid(proc.pid) != pid", "False"),),
+        (f"{CC}::test_distributed_workers_survive_an_interrupted_cell",),
+    ),
+    Mutant(
+        "M124",
+        "the cell's stderr names the processes that were stopped",
+        (Edit(SUP, 'ex.on_output("stderr", line.encode())', "pass  # mutant M124"),),
+        (f"{CC}::test_a_child_that_outlives_an_interrupted_cell_is_stopped",),
+    ),
+    Mutant(
+        "M125",
+        "a process that ignores SIGTERM is killed after a bounded wait",
+        (Edit(CHILDREN, "proc.kill()", "pass  # mutant M125"),),
+        (f"{CC}::test_a_child_that_outlives_an_interrupted_cell_is_stopped",),
+    ),
+    Mutant(
+        "M126",
+        "a cell that ends normally leaves what it started running",
+        (
+            Edit(
+                SUP,
+                'if result.status == "interrupted": await self._stop_children(j, ex)',
+                "if True:  # mutant M126\n                    await self._stop_children(j, ex)",
+            ),
+        ),
+        (f"{CC}::test_a_child_of_an_earlier_cell_survives_a_later_interrupt",),
+    ),
+    Mutant(
+        "M127",
+        "a cancelled cell's processes are stopped too, before the next execution",
+        (
+            Edit(
+                SUP,
+                'and ex.future.result().status == "interrupted"',
+                "and False  # mutant M127",
+            ),
+        ),
+        (f"{CC}::test_a_cancelled_cell_leaves_no_child",),
     ),
 )
 

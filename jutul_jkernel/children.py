@@ -1,0 +1,107 @@
+"""Find and stop the processes a cell started and left running; know nothing of Julia's protocol.
+
+Julia runs as the leader of its own process group (the supervisor starts it with
+``start_new_session``). A process a cell starts (``run(`...`; wait=false)``, a pipeline, Pkg's
+precompile workers) is a descendant of Julia in that group. Distributed's workers are
+descendants too, but every cluster manager starts them with ``detach``, in a session of their
+own (JuliaLang/Distributed.jl master src/managers.jl, ``open(detach(...), "r+")``; the same in
+JuliaLang/julia release-1.10 stdlib/Distributed/src/managers.jl), and so are the server's own
+helpers (distributed.jl, ``spawn_detached``). So "what the cell started" is: a descendant of
+Julia, in Julia's group, that was not there when the cell began. A process that the cell itself
+detached is left alone: it asked to outlive the cell.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psutil
+
+# A process asked to terminate gets this long before SIGKILL. Julia's precompile workers and
+# shells exit within milliseconds of SIGTERM; one that handles it (cleanup) gets some room.
+_TERM_WAIT = 1.0
+_KILL_WAIT = 1.0
+
+Snapshot = frozenset[psutil.Process]  # psutil compares pid and start time: reuse-safe
+
+
+def _child_pids(pid: int) -> list[int] | None:
+    """Direct children of ``pid`` from /proc/<pid>/task/*/children (Linux), else None.
+
+    Reading the few files of one process takes a fraction of a millisecond, where psutil's
+    ``children()`` reads every process's stat (0.14 ms against 1.4 ms here): this runs before
+    every cell.
+    """
+    task_dir = Path(f"/proc/{pid}/task")
+    if not (task_dir / str(pid) / "children").exists():
+        return None  # not Linux, or a kernel without CONFIG_PROC_CHILDREN
+    found: list[int] = []
+    try:
+        tids = os.listdir(task_dir)
+    except OSError:
+        return []
+    for tid in tids:
+        try:
+            text = (task_dir / tid / "children").read_text()
+        except OSError:
+            continue  # the thread ended meanwhile
+        found.extend(int(p) for p in text.split())
+    return found
+
+
+def descendants(pid: int) -> Snapshot:
+    """Every living descendant of ``pid`` (empty if ``pid`` is gone)."""
+    if _child_pids(pid) is None:
+        try:
+            return frozenset(psutil.Process(pid).children(recursive=True))
+        except psutil.Error:
+            return frozenset()
+    seen: set[psutil.Process] = set()
+    todo = [pid]
+    while todo:
+        for child in _child_pids(todo.pop()) or []:
+            try:
+                proc = psutil.Process(child)
+            except psutil.Error:
+                continue
+            if proc not in seen:
+                seen.add(proc)
+                todo.append(child)
+    return frozenset(seen)
+
+
+def started_since(pid: int, before: Snapshot) -> list[psutil.Process]:
+    """Descendants of ``pid`` in its process group that are not in ``before`` and still run."""
+    new = []
+    for proc in descendants(pid) - before:
+        try:
+            if os.getpgid(proc.pid) != pid or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except (OSError, psutil.Error):
+            continue  # gone meanwhile
+        new.append(proc)
+    return sorted(new, key=lambda p: p.pid)
+
+
+def stop(procs: list[psutil.Process]) -> list[str]:
+    """SIGTERM ``procs``, SIGKILL what is left after a bounded wait; describe each one stopped
+    (one that outlives even SIGKILL, stuck in the kernel, is not named).
+
+    Blocking (up to ``_TERM_WAIT + _KILL_WAIT``): run it in a thread.
+    """
+    names: dict[psutil.Process, str] = {}
+    for proc in procs:
+        try:
+            names[proc] = f"{proc.name()} (pid {proc.pid})"
+            proc.terminate()  # psutil refuses to signal a pid that now names another process
+        except psutil.Error:
+            names.pop(proc, None)
+    _, alive = psutil.wait_procs(list(names), timeout=_TERM_WAIT)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            continue
+    _, stuck = psutil.wait_procs(alive, timeout=_KILL_WAIT)
+    return [names[p] for p in procs if p in names and p not in stuck]
