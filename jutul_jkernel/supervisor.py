@@ -118,8 +118,16 @@ _EXIT_AFTER_TERM_WAIT = 0.5
 _REAP_WAIT = 2.0
 # A cancelled execution is interrupted: the whole escalation above, then a kill, fit in this.
 _SETTLE_WAIT = (
-    _INT_ACK_MAX + _UNWIND_WAIT + _COMPILE_WAIT + _SIGINT_WAIT + _COMPILE_WAIT + _BURST_COUNT * _BURST_GAP + _BURST_WAIT
-) + _AFTER_SIGNAL_WAIT + 2 * _REAP_WAIT
+    _INT_ACK_MAX
+    + _UNWIND_WAIT
+    + _COMPILE_WAIT
+    + _SIGINT_WAIT
+    + _COMPILE_WAIT
+    + _BURST_COUNT * _BURST_GAP
+    + _BURST_WAIT
+    + _AFTER_SIGNAL_WAIT
+    + 2 * _REAP_WAIT
+)
 # How much of Julia's stderr a death report quotes.
 _STDERR_TAIL_BYTES = 2048
 _LOG_TAIL_BYTES = 2048
