@@ -80,6 +80,7 @@ SURF = "tests/test_surface.py"
 DOCTOR = "jutul_jkernel/doctor.py"
 DOC = "tests/test_doctor.py"
 RDV = "jutul_jkernel/rendezvous.py"
+SEC = "tests/test_security.py"
 APP = "jutul_jkernel/app.py"
 JK_COMPAT = "julia/JKernel/src/compat.jl"
 ENV_T = "tests/test_environment.py"
@@ -748,15 +749,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "that a starting kernel's connection file may name (jupyter_client#487)",
         (Edit(RDV, 'if _IS_WINDOWS or not hasattr(socket, "AF_UNIX"):', "if True:  # mutant M91"),),
         (
-            "tests/test_security.py::test_julia_connects_through_a_unix_socket_only_the_user_can_reach",
-            "tests/test_security.py::test_a_kernel_binds_no_tcp_port_but_its_connection_files",
+            f"{SEC}::test_julia_connects_through_a_unix_socket_only_the_user_can_reach",
+            f"{SEC}::test_a_kernel_binds_no_tcp_port_but_its_connection_files",
         ),
     ),
     Mutant(
         "M92",
         "the kernel binds no TCP port beyond its connection file's five (no IOPub pipe)",
         (Edit(APP, "kernelapp.IOPubThread = _IOPubThreadWithoutPipe", "pass  # mutant M92"),),
-        ("tests/test_security.py::test_a_kernel_binds_no_tcp_port_but_its_connection_files",),
+        (f"{SEC}::test_a_kernel_binds_no_tcp_port_but_its_connection_files",),
     ),
     Mutant(
         "M50",
