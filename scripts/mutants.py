@@ -760,6 +760,18 @@ MUTANTS: tuple[Mutant, ...] = (
         (f"{SEC}::test_a_kernel_binds_no_tcp_port_but_its_connection_files",),
     ),
     Mutant(
+        "M93",
+        "the test sshd's sessions never run the user's ~/.bashrc",
+        (
+            Edit(
+                "tests/ssh_fixture.py",
+                "SetEnv {TAG_VARIABLE}={tag} SHLVL=1",
+                "SetEnv {TAG_VARIABLE}={tag}",
+            ),
+        ),
+        ("tests/test_distributed_ssh.py::test_sessions_do_not_run_the_users_bashrc",),
+    ),
+    Mutant(
         "M50",
         "cells are interactive as at the REPL: isinteractive() is true",
         (Edit(JK_COMPAT, "    set_interactive!(true)", "    nothing  # mutant M50"),),

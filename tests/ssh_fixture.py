@@ -7,7 +7,12 @@ it first). `stop()` ends the server and every process started through it.
 
 Every session the server starts carries ``JJK_SSHD_TAG=<random>`` in its environment
 (``SetEnv``), so the processes it started are found even once their sshd session has ended
-and they were re-parented (`session_processes`). Clients use ``ssh -F <root>/ssh_config
+and they were re-parented (`session_processes`).
+
+Sessions do not run the user's ``~/.bashrc``: bash runs it for a command over ssh only as a
+top-level shell (bash's shell.c: ``(run_by_ssh || isnetconn(...)) && shell_level < 2``), and
+``SHLVL=1`` in the session's environment makes the login shell's level 2. A pyenv rehash lock
+in a ``.bashrc`` once hung every login of the tests; whatever it does is no business of theirs. Clients use ``ssh -F <root>/ssh_config
 jjk-sshd``; Distributed's ``addprocs`` takes the same ``-F`` through ``sshflags``.
 """
 
@@ -121,7 +126,7 @@ AllowAgentForwarding no
 AllowTcpForwarding no
 PrintMotd no
 PrintLastLog no
-SetEnv {TAG_VARIABLE}={tag}
+SetEnv {TAG_VARIABLE}={tag} SHLVL=1
 LogLevel INFO
 """
         )

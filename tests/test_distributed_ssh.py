@@ -75,6 +75,14 @@ def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
     assert not left, f"processes started through the sshd were left running: {left}"
 
 
+def test_sessions_do_not_run_the_users_bashrc(ssh_server: SshServer) -> None:
+    """The login shell starts one level down (SHLVL 2), where bash skips ~/.bashrc for a
+    command over ssh (see tests/ssh_fixture.py): the tests never depend on the user's rc."""
+    done = ssh_server.ssh('echo "$SHLVL"')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "2", (done.stdout, done.stderr)
+
+
 def _add_ssh_workers(kc: BlockingKernelClient, server: SshServer, workdir: Path) -> list[int]:
     """addprocs(2) on the sshd's host from a cell; return the workers' OS pids."""
     code = (
