@@ -44,7 +44,7 @@ class Rendezvous:
         parent = tempfile.gettempdir()
         if len(os.fsencode(parent)) > _UNIX_PATH_MAX - 32:
             parent = "/tmp"
-        self.directory = Path(tempfile.mkdtemp(prefix="jutul-jkernel-", dir=parent))
+        self.directory = Path(tempfile.mkdtemp(prefix="jutul-jkernel-socket-", dir=parent))
         path = str(self.directory / _SOCKET_NAME)
         try:
             self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

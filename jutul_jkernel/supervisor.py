@@ -633,9 +633,11 @@ class JuliaSupervisor:
         j = self._julia
         if j is not None and j.proc.returncode is None:
             self._signal_group(j, kill=True)
-        if self._launched is not None and not _IS_WINDOWS:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._launched.popen.pid, signal.SIGKILL)
+        if self._launched is not None:
+            if not _IS_WINDOWS:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self._launched.popen.pid, signal.SIGKILL)
+            self._launched.listener.close()  # and its socket's directory
 
     async def complete(self, code: str, cursor: int) -> dict[str, Any]:
         """REPL completions at ``cursor`` (code points): matches, cursor_start, cursor_end."""

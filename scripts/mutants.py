@@ -772,6 +772,12 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_distributed_ssh.py::test_sessions_do_not_run_the_users_bashrc",),
     ),
     Mutant(
+        "M94",
+        "a launched Julia's socket directory is removed however the kernel ends before start()",
+        (Edit(SUP, "self._launched.listener.close()  # and its socket's directory", "pass"),),
+        (f"{EL}::test_an_end_before_start_leaves_no_julia_and_no_socket",),
+    ),
+    Mutant(
         "M50",
         "cells are interactive as at the REPL: isinteractive() is true",
         (Edit(JK_COMPAT, "    set_interactive!(true)", "    nothing  # mutant M50"),),

@@ -10,6 +10,7 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import psutil
 import pytest
@@ -101,14 +102,26 @@ async def test_launch_with_other_settings_since_is_replaced() -> None:
         await sup.shutdown()
 
 
-async def test_shutdown_before_start_leaves_no_julia() -> None:
-    """A launched Julia that was never started is killed and reaped by shutdown()."""
+@pytest.mark.parametrize("end", ["shutdown", "kill_now"])
+async def test_an_end_before_start_leaves_no_julia_and_no_socket(end: str) -> None:
+    """A launched Julia that was never started is killed and reaped by shutdown(), or killed
+    by kill_now() (the kernel's atexit), and the socket it was to connect to is gone."""
     sup = JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT)
     sup.launch()
     launched = julia_descendants()
     assert launched
-    await sup.shutdown()
+    address = Path(launched[0].cmdline()[-1])
+    assert address.is_socket()
+    if end == "shutdown":
+        await sup.shutdown()
+    else:
+        sup.kill_now()  # at exit: nothing runs after it
+        gone = not address.parent.exists()
+        psutil.wait_procs(launched, timeout=STARTUP_TIMEOUT)
+        await sup.shutdown()  # reaps it, here where the process goes on
+        assert gone
     assert not _running(launched)
+    assert not address.parent.exists()
 
 
 @pytest.mark.e2e
