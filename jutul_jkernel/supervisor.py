@@ -813,11 +813,20 @@ class JuliaSupervisor:
                 self._accept(j, listener, token), self.startup_timeout
             )
         except (TimeoutError, asyncio.TimeoutError):
+            cpu = _cpu_seconds(proc.pid)
             await self._kill(j)
-            msg = (
-                f"Julia ({argv[0]}) did not connect within {self.startup_timeout:g} s. "
-                f"Its log is {log_path}:\n{self._post_mortem(j)}"
-            )
+            said = self._post_mortem(j)
+            msg = f"Julia ({argv[0]}) did not connect within {self.startup_timeout:g} s. "
+            if said:
+                msg += f"Its log is {log_path}:\n{said}"
+            else:
+                # Nothing to quote: say so, with what tells a stuck Julia from a starved one.
+                used = f", having used {cpu:.1f} s of CPU" if cpu is not None else ""
+                msg += (
+                    f"It wrote nothing before it was stopped{used}; a Julia that is slow to "
+                    "start (a loaded machine, a big --sysimage) needs a longer "
+                    f"JUTUL_JKERNEL_STARTUP_TIMEOUT. Its log is {log_path}."
+                )
             raise JuliaStartupError(msg) from None
         except BaseException:
             await self._kill(j)
@@ -864,9 +873,10 @@ class JuliaSupervisor:
                 pending = asyncio.ensure_future(loop.sock_accept(listener.socket))
                 await asyncio.wait({pending, exited}, return_when=asyncio.FIRST_COMPLETED)
                 if not pending.done():
+                    said = self._post_mortem(j) or "(it wrote nothing)"
                     msg = (
                         f"Julia ({self.julia}) {describe_exit(j.proc.returncode)} before "
-                        f"connecting. Its log is {j.log_path}:\n{self._post_mortem(j)}"
+                        f"connecting. Its log is {j.log_path}:\n{said}"
                     )
                     raise JuliaStartupError(msg)
                 conn, peer = pending.result()
@@ -1471,6 +1481,15 @@ async def _finished(ex: _Execution, timeout: float) -> bool:
     if not ex.future.done():
         await asyncio.wait({ex.future}, timeout=timeout)
     return ex.future.done()
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time a process has used so far (user + system), or None if it cannot be read."""
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return None
+    return times.user + times.system
 
 
 def _main_thread_faults(pid: int) -> int | None:

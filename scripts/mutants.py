@@ -91,6 +91,7 @@ JK_IJULIA = "julia/JKernel/src/ijulia.jl"
 OC = "tests/test_output_context.py"
 PR = "tests/test_prompts.py"
 IJP = "tests/test_ijulia_packages.py"
+FT = "tests/test_faults.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -1161,6 +1162,24 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (f"{CC}::test_a_cancelled_cell_leaves_no_child",),
+    ),
+    Mutant(
+        "M160",
+        "a Julia that stalls before connecting without writing is said to have written nothing",
+        (Edit(SUP, "if said: msg +=", "if True:  # mutant M160\n                msg +="),),
+        (f"{FT}::test_julia_that_writes_nothing_before_stalling_is_said_to",),
+    ),
+    Mutant(
+        "M161",
+        "what a Julia that stalls before connecting wrote is quoted in the error",
+        (
+            Edit(
+                SUP,
+                r"(?re)said = self\._post_mortem\(j\)$",
+                'said = self._post_mortem(j) and ""  # mutant M161',
+            ),
+        ),
+        (f"{FT}::test_julia_stalling_before_the_handshake_times_out",),
     ),
 )
 

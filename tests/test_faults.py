@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -144,9 +145,21 @@ def test_broken_julia_is_quoted(spec_prefix: Path) -> None:
 
 
 def test_julia_stalling_before_the_handshake_times_out(spec_prefix: Path) -> None:
-    """A Julia that never connects: the cell fails after the start-up timeout, naming the log."""
+    """A Julia that never connects: the cell fails after the start-up timeout, quoting what
+    Julia wrote.
+
+    Which start's Julia wrote in time is not ours to decide: on a loaded machine (a fresh
+    clone's `make test` once) Julia did not get as far as its first line within 3 s. So the
+    script marks, after its line, that it got there; a Julia that got there must be quoted,
+    and one that did not must be said to have written nothing (issue 21)."""
+    # Named after the Julia's log (its fd 1), so that the early start's Julia, which stalls
+    # too, cannot stand in for the one whose error the cell shows.
     stall = spec_prefix / "stall.jl"
-    stall.write_text('println(stderr, "stuck in startup"); sleep(1000)\n')
+    stall.write_text(
+        'println(stderr, "stuck in startup"); '
+        f'touch(joinpath("{spec_prefix}", basename(readlink("/proc/self/fd/1")) * ".reached")); '
+        "sleep(1000)\n"
+    )
     install_spec(
         spec_prefix,
         "jk-stall",
@@ -158,13 +171,42 @@ def test_julia_stalling_before_the_handshake_times_out(spec_prefix: Path) -> Non
     )
     km, kc = start_named("jk-stall")
     try:
-        t0 = time.perf_counter()
         reply, _ = execute(kc, "1 + 1", timeout=60)
         evalue = reply["content"]["evalue"]
         assert reply["content"]["ename"] == "JuliaStartupError"
         assert "did not connect within 3 s" in evalue
-        assert "stuck in startup" in evalue
-        assert time.perf_counter() - t0 < 30
+        log = re.search(r"Its log is (\S+?\.log)", evalue)
+        assert log, evalue
+        if (spec_prefix / (Path(log[1]).name + ".reached")).exists():
+            assert "stuck in startup" in evalue
+        else:
+            assert "stuck in startup" in evalue or "It wrote nothing" in evalue
+    finally:
+        stop_kernel(km, kc)
+
+
+def test_julia_that_writes_nothing_before_stalling_is_said_to(spec_prefix: Path) -> None:
+    """A Julia that stalls silently: the error says it wrote nothing and how much CPU it used,
+    instead of quoting an empty log."""
+    stall = spec_prefix / "silent.jl"
+    stall.write_text("sleep(1000)\n")
+    install_spec(
+        spec_prefix,
+        "jk-silent",
+        "--julia-args",
+        f"-L {stall}",
+        "--no-check",
+        "--env",
+        "JUTUL_JKERNEL_STARTUP_TIMEOUT=2",
+    )
+    km, kc = start_named("jk-silent")
+    try:
+        reply, _ = execute(kc, "1 + 1", timeout=60)
+        evalue = reply["content"]["evalue"]
+        assert reply["content"]["ename"] == "JuliaStartupError"
+        assert "did not connect within 2 s" in evalue
+        assert "It wrote nothing before it was stopped, having used" in evalue
+        assert "JUTUL_JKERNEL_STARTUP_TIMEOUT" in evalue
     finally:
         stop_kernel(km, kc)
 
