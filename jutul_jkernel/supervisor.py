@@ -428,6 +428,9 @@ class JuliaSupervisor:
         self.backpressure = backpressure
         self._julia: _Julia | None = None
         self._launched: _Launch | None = None  # spawned by launch(), adopted by start()
+        # The Julia that start() is waiting on, from its spawn (or adoption) until it is
+        # self._julia: shutdown() and kill_now() end it too, or it outlives the kernel.
+        self._starting: _Julia | None = None
         self._lock = asyncio.Lock()  # serialises executions
         self._start_lock = asyncio.Lock()
         self._next_id = 0
@@ -622,6 +625,9 @@ class JuliaSupervisor:
         launched, self._launched = self._launched, None
         if launched is not None:  # launched but never started: nothing to ask, kill it
             launched.discard()
+        starting = self._starting
+        if starting is not None and starting is not self._julia:
+            self._signal_group(starting, kill=True)  # not connected: nothing to ask; start() fails
         await self._stop_julia(reason="was shut down")
         for task in list(self._background):
             task.cancel()
@@ -630,9 +636,9 @@ class JuliaSupervisor:
 
     def kill_now(self) -> None:
         """SIGKILL Julia's process group at once, synchronously (signal handlers, atexit)."""
-        j = self._julia
-        if j is not None and j.proc.returncode is None:
-            self._signal_group(j, kill=True)
+        for j in (self._julia, self._starting):
+            if j is not None and j.proc.returncode is None:
+                self._signal_group(j, kill=True)
         if self._launched is not None:
             if not _IS_WINDOWS:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -799,10 +805,33 @@ class JuliaSupervisor:
         if launched is None:
             launched = self._launch()
         proc = _ChildProcess(launched.popen)
+        j = self._starting = _Julia(proc, launched.log_path, None)
+        try:
+            await self._connect(j, launched)
+        except JuliaStartupError:
+            if self._closed:  # shutdown() ended it: not a failure of Julia's to report
+                msg = "the supervisor was shut down while Julia was starting"
+                raise JuliaStartupError(msg) from None
+            raise
+        finally:
+            self._starting = None
+        # server.jl says in the log why it loaded from source (no cache yet, stale, unwritable).
+        loaded = "its compile cache" if j.info.get("loaded_from") == "cache" else "source"
+        log.info(
+            "Julia %s started (%s, pid %s, JKernel from %s, log %s)",
+            self.julia_version,
+            self.julia_path,
+            proc.pid,
+            loaded,
+            j.log_path,
+        )
+
+    async def _connect(self, j: _Julia, launched: _Launch) -> None:
+        """Accept Julia's connection and wait for its INF frame; then it is self._julia."""
         listener, token, log_path = launched.listener, launched.token, launched.log_path
         argv = launched.popen.args
         assert isinstance(argv, list)
-        j = _Julia(proc, log_path, None)
+        proc = j.proc
         if launched.pipe_fds is not None:
             j.pipes = OutputPipes(
                 launched.pipe_fds, launched.marker, lambda name, data: self._piped(j, name, data)
@@ -850,16 +879,6 @@ class JuliaSupervisor:
             raise JuliaStartupError(msg) from None
         except JuliaDiedError as exc:
             raise JuliaStartupError(str(exc)) from None
-        # server.jl says in the log why it loaded from source (no cache yet, stale, unwritable).
-        loaded = "its compile cache" if j.info.get("loaded_from") == "cache" else "source"
-        log.info(
-            "Julia %s started (%s, pid %s, JKernel from %s, log %s)",
-            self.julia_version,
-            self.julia_path,
-            proc.pid,
-            loaded,
-            log_path,
-        )
 
     async def _accept(
         self, j: _Julia, listener: Rendezvous, token: str

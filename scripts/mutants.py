@@ -1181,6 +1181,24 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
         (f"{FT}::test_julia_stalling_before_the_handshake_times_out",),
     ),
+    Mutant(
+        "M162",
+        "shutdown() ends a Julia that is still starting at once, not when the process exits",
+        (
+            Edit(
+                SUP,
+                "if starting is not None and starting is not self._julia:",
+                "if False:  # mutant M162",
+            ),
+        ),
+        (f"{SJ}::test_shutdown_during_start_ends_the_starting_julia",),
+    ),
+    Mutant(
+        "M163",
+        "a SIGTERMed kernel takes a Julia that is still starting along",
+        (Edit(SUP, "for j in (self._julia, self._starting):", "for j in (self._julia,):  # M163"),),
+        (f"{FT}::test_a_julia_still_starting_ends_with_its_kernel[sigterm]",),
+    ),
 )
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -208,6 +211,35 @@ def test_julia_that_writes_nothing_before_stalling_is_said_to(spec_prefix: Path)
         assert "It wrote nothing before it was stopped, having used" in evalue
         assert "JUTUL_JKERNEL_STARTUP_TIMEOUT" in evalue
     finally:
+        stop_kernel(km, kc)
+
+
+@pytest.mark.parametrize("how", ["shutdown", "restart", "sigterm"])
+def test_a_julia_still_starting_ends_with_its_kernel(spec_prefix: Path, how: str) -> None:
+    """A kernel shut down or restarted while its Julia is still starting takes that Julia
+    along: it was neither early-launched nor serving, and once outlived the kernel (issue 21:
+    after a restart, the old Julia was still there). Gone within jupyter_client's 5 s; a
+    SIGTERMed kernel (kill_now) takes it along too."""
+    stall = spec_prefix / "slow-start.jl"
+    stall.write_text("sleep(60)\n")  # Julia starts, slowly: a loaded machine, a big sysimage
+    install_spec(spec_prefix, "jk-slow", "--julia-args", f"-L {stall}", "--no-check")
+    km, kc = start_named("jk-slow")
+    julia = psutil.Process(julia_of(km))
+    try:
+        if how == "shutdown":
+            stop_kernel(km, kc)
+        elif how == "restart":
+            km.restart_kernel()
+        else:  # what jupyter_client sends a kernel that did not stop in time
+            assert km.provisioner is not None and km.provisioner.pid is not None
+            os.kill(km.provisioner.pid, signal.SIGTERM)
+        _, alive = psutil.wait_procs([julia], timeout=5)
+        assert not alive, f"the Julia that was starting outlived its kernel's {how}"
+        if how == "restart":
+            assert len(julia_descendants()) <= 1  # the new kernel's own, at most
+    finally:
+        with contextlib.suppress(psutil.Error):
+            julia.kill()
         stop_kernel(km, kc)
 
 

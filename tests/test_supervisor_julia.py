@@ -28,7 +28,7 @@ from jutul_jkernel.supervisor import (
     JuliaSupervisor,
 )
 
-from .conftest import SHARED, STARTUP_TIMEOUT, Output, StartSignal
+from .conftest import SHARED, STARTUP_TIMEOUT, Output, StartSignal, julia_descendants
 
 pytestmark = pytest.mark.integration
 
@@ -972,6 +972,35 @@ async def test_startup_timeout_is_bounded(tmp_path: Path) -> None:
     with pytest.raises(JuliaStartupError, match="did not connect within 3 s"):
         await asyncio.wait_for(sup.start(), 30)
     await sup.shutdown()
+
+
+async def test_shutdown_during_start_ends_the_starting_julia(tmp_path: Path) -> None:
+    """shutdown() while start() waits on a Julia that is still starting: that Julia is ended
+    at once (not when this process exits), and start() fails saying Julia did not start."""
+    stall = tmp_path / "stall.jl"
+    stall.write_text("sleep(60)\n")
+    sup = JuliaSupervisor(julia_args=["-L", str(stall)], startup_timeout=STARTUP_TIMEOUT)
+    others = {p.pid for p in julia_descendants()}  # this module's shared Julia, say
+    start = asyncio.create_task(sup.start())
+    julia = None
+    for _ in range(600):  # bounded: 30 s for the spawn
+        found = [p for p in julia_descendants() if p.pid not in others]
+        if found:
+            julia = found[0]
+            break
+        await asyncio.sleep(0.05)
+    assert julia is not None, "no Julia was spawned"
+    try:
+        await asyncio.wait_for(sup.shutdown(), 30)
+        _, alive = await asyncio.to_thread(psutil.wait_procs, [julia], 5)
+        assert not alive, "the starting Julia outlived shutdown()"
+        with pytest.raises(JuliaStartupError, match="shut down while Julia was starting"):
+            await asyncio.wait_for(start, 30)
+    finally:
+        with contextlib.suppress(psutil.Error):
+            julia.kill()
+        if not start.done():
+            start.cancel()
 
 
 async def test_julia_executable_from_environment(
