@@ -92,6 +92,8 @@ OC = "tests/test_output_context.py"
 PR = "tests/test_prompts.py"
 IJP = "tests/test_ijulia_packages.py"
 FT = "tests/test_faults.py"
+JK_LIFELINE = "julia/JKernel/src/lifeline.jl"
+DSSH = "tests/test_distributed_ssh.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -1162,6 +1164,48 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (f"{CC}::test_a_cancelled_cell_leaves_no_child",),
+    ),
+    Mutant(
+        "M150",
+        "SSH workers end when their Julia is SIGKILLed: each cell ties them to a lifeline",
+        (
+            Edit(
+                JK_EVAL,
+                "        Base.invokelatest(update_lifelines)",
+                "        nothing  # mutant M150",
+            ),
+        ),
+        (f"{DSSH}::test_sigkilled_julia_ends_busy_remote_workers",),
+    ),
+    Mutant(
+        "M151",
+        "the lifeline's loop signals its workers when its stdin ends",
+        (
+            Edit(
+                JK_LIFELINE,
+                'raw"esac; done; [ -z \\"$p\\" ] && exit 0; kill -15',
+                'raw"esac; done; exit 0; kill -15',
+            ),
+        ),
+        (f"{DSSH}::test_sigkilled_julia_ends_busy_remote_workers",),
+    ),
+    Mutant(
+        "M152",
+        "a SIGINT to Julia's process group leaves the lifeline's ssh, and so the workers, alive",
+        (
+            Edit(
+                JK_LIFELINE,
+                "open(pipeline(detach(lifeline_cmd(sshflags, host)); stderr = devnull)",
+                "open(pipeline(lifeline_cmd(sshflags, host); stderr = devnull)",
+            ),
+        ),
+        (f"{DSSH}::test_a_signalled_interrupt_keeps_the_workers_and_their_lifeline",),
+    ),
+    Mutant(
+        "M153",
+        "a worker that outlasts SIGTERM gets SIGKILL from the lifeline",
+        (Edit(JK_LIFELINE, 'kill -9 $p 2>/dev/null")', 'true")  # mutant M153'),),
+        (f"{DSSH}::test_sigkilled_julia_ends_busy_remote_workers",),
     ),
     Mutant(
         "M160",

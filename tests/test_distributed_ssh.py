@@ -1,7 +1,7 @@
 """Distributed.jl workers on another host (SSHManager, through a private sshd on loopback):
 their output reaches the cell, an interrupt stops their computation and keeps them, a worker
 killed on its host gives Distributed's error, and no process started through that sshd outlives
-the kernel's shutdown or restart.
+the kernel's shutdown or restart, or a Julia SIGKILLed with its process group.
 
 The "other host" is this machine reached over ssh: SSHManager runs `ssh jjk-sshd ... julia
 --worker` exactly as it would for a remote machine, and interrupts with `ssh jjk-sshd kill -2`.
@@ -12,8 +12,10 @@ their ssh session ended (tests/ssh_fixture.py).
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +28,7 @@ from jupyter_client.manager import KernelManager
 from .conftest import SHARED_KERNEL_PIDS, START_TIMEOUT, start_kernel, stop_kernel
 from .ssh_fixture import SshServer
 from .test_distributed import assert_everywhere_prints
+from .test_faults import julia_of
 from .test_kernel_client import collect, drain, execute, result_of, text_of
 
 pytestmark = pytest.mark.e2e
@@ -109,6 +112,16 @@ def _describe(procs: list[psutil.Process]) -> list[tuple[int, str, str, float]]:
     for p in procs:
         with contextlib.suppress(psutil.NoSuchProcess):
             found.append((p.pid, p.name(), p.status(), p.cpu_percent(interval=0.5)))
+    return found
+
+
+def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``procs`` still running (a zombie has ended)."""
+    found = []
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
     return found
 
 
@@ -230,6 +243,30 @@ def test_next_pmap_works(
     assert result_of(outputs) == "(2870, [2, 3])"
 
 
+def test_a_signalled_interrupt_keeps_the_workers_and_their_lifeline(
+    ssh_cluster: tuple[KernelManager, BlockingKernelClient, list[int], Path],
+) -> None:
+    """A SIGINT to Julia's process group (the supervisor's interrupt when Julia does not
+    answer its INT frame) leaves the lifeline's ssh running, so the workers stay: the lifeline
+    ends them only when Julia ends."""
+    km, kc, pids, _ = ssh_cluster
+    drain(kc)
+    julia = julia_of(km)
+    lifelines = [
+        p
+        for p in psutil.Process(julia).children()
+        if p.name() == "ssh" and any("while read" in a for a in p.cmdline())
+    ]
+    assert len(lifelines) == 1, [p.cmdline() for p in psutil.Process(julia).children()]
+    os.killpg(julia, signal.SIGINT)
+    # A cell's round trip to both workers: an ssh the SIGINT reached has died by its end.
+    reply, outputs = execute(kc, "[remotecall_fetch(getpid, w) for w in workers()]", CELL_TIMEOUT)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    assert _alive(lifelines) == lifelines, "the SIGINT ended the lifeline's ssh"
+    found = re.findall(r"^\s*(\d+)\s*$", result_of(outputs) or "", re.MULTILINE)
+    assert [int(n) for n in found] == pids, result_of(outputs)
+
+
 def test_worker_killed_remotely_gives_distributeds_error(
     ssh_cluster: tuple[KernelManager, BlockingKernelClient, list[int], Path],
     ssh_server: SshServer,
@@ -307,3 +344,29 @@ def test_restart_ends_busy_remote_workers(
         drain(kc)
         assert result_of(execute(kc, "isdefined(Main, :Distributed)")[1]) == "false"
     print(f"\n[ssh workers] busy workers gone {gone_s:.2f} s after restart")
+
+
+def test_sigkilled_julia_ends_busy_remote_workers(
+    kernel_env: dict[str, str], ssh_server: SshServer, tmp_path: Path
+) -> None:
+    """Julia's process group SIGKILLed (the supervisor's kill_now and _kill) while its SSH
+    workers compute, so no Julia code runs at its death: the workers, their sessions and the
+    local ssh clients all end (the lifeline, julia/JKernel/src/lifeline.jl). One worker is
+    stopped (SIGSTOP) first, so that SIGTERM cannot end it and the lifeline must escalate."""
+    with _spinning_kernel(ssh_server, tmp_path) as (km, _, others):
+        julia = julia_of(km)
+        clients = [p for p in psutil.Process(julia).children() if p.name() == "ssh"]
+        assert clients, "Distributed started no ssh client"
+        workers = [p for p in ssh_server.julia_processes() if p.pid not in others]
+        assert len(workers) == 2, workers
+        workers[-1].suspend()
+        t0 = time.perf_counter()
+        os.killpg(julia, signal.SIGKILL)
+        left = _wait_gone(ssh_server, GONE_TIMEOUT, others)
+        gone_s = time.perf_counter() - t0
+        assert not left, f"still running under the sshd after SIGKILL: {_describe(left)}"
+        deadline = time.monotonic() + GONE_TIMEOUT
+        while _alive(clients) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(clients), f"local ssh clients left: {_describe(_alive(clients))}"
+    print(f"\n[ssh workers] busy and stopped workers gone {gone_s:.2f} s after SIGKILL of Julia")

@@ -5,7 +5,8 @@
 # interrupted, the remote workers still computing for it get a SIGINT the way Distributed's
 # `interrupt` sends one (for SSHManager: `ssh host kill -2 <pid>`); at shutdown every remote
 # worker gets one and all are removed with `rmprocs` before Julia exits. Local workers
-# (LocalManager) are left as they were.
+# (LocalManager) are left as they were. When Julia dies without running its code (SIGKILL),
+# lifeline.jl ends the SSH workers.
 # The server never loads Distributed itself (start-up time), and does nothing without workers.
 
 const DISTRIBUTED_ID = Base.PkgId(Base.UUID("8ba89e20-285c-5b6f-9357-94700520ee1b"), "Distributed")

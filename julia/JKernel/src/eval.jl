@@ -194,6 +194,7 @@ function evaluate(id::Int, code::String, name::String, named::Bool)
     end
     try
         Base.invokelatest(compile_worker_handling)
+        Base.invokelatest(update_lifelines)
     catch e
         is_interrupt(e) || rethrow()   # the cell is over: a late interrupt has nothing to stop
     end
