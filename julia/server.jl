@@ -37,7 +37,8 @@ Core.eval(Module(:JKernelLauncher), quote
         key = isdefined(Base, :_crc32c) ? Base._crc32c(pkg_dir) : hash(pkg_dir)
         depot = joinpath(cache_home, "jutul-jkernel", "julia-" * string(key; base = 16))
     end
-    jk = if ARGS != ["--precompile"] && get(ENV, "JUTUL_JKERNEL_PRECOMPILED", "yes") != "no"
+    precompiling = get(ARGS, 1, "") == "--precompile"
+    jk = if !precompiling && get(ENV, "JUTUL_JKERNEL_PRECOMPILED", "yes") != "no"
         load_path, depot_path = copy(LOAD_PATH), copy(DEPOT_PATH)
         try
             prepend!(empty!(LOAD_PATH), [@__DIR__, "@stdlib"])
@@ -59,6 +60,14 @@ Core.eval(Module(:JKernelLauncher), quote
         jk = Base.include(@__MODULE__, joinpath(@__DIR__, "launcher.jl"))
     else
         jk.LOADED_FROM[] = "cache"
+        # Which package this depot serves, and by its mtime when a kernel last started from it:
+        # a compile removes depots whose package is gone or that are unused (see depot.jl,
+        # RECORD_NAME). A depot that cannot be written keeps no record; the start goes on.
+        try
+            write(joinpath(depot, "package-dir"), pkg_dir)
+        catch e
+            e isa Base.IOError || e isa SystemError || rethrow()
+        end
     end
     delete!(ENV, "JUTUL_JKERNEL_DEPOT")
     delete!(ENV, "JUTUL_JKERNEL_PRECOMPILED")
