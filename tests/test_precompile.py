@@ -287,7 +287,7 @@ async def until_logged(sups: list[JuliaSupervisor], text: str) -> None:
 async def test_a_killed_compile_leaves_no_temporary_file_and_no_lock_in_the_way(
     copy: Path, tmp_path: Path
 ) -> None:
-    """A kernel ended while its compile for the next start runs kills that compile. Julia
+    """A kernel killed while its compile for the next start runs kills that compile. Julia
     1.10+ then leaves the package image's temporary file (compilecache's `tmppath_so`, a
     mktemp `jl_XXXXXX` that exists for the whole compile; 1.5.3 makes its only one at the end,
     so one is planted to stand for it) and the compile lock, whose pid is gone. The next start
@@ -307,6 +307,9 @@ async def test_a_killed_compile_leaves_no_temporary_file_and_no_lock_in_the_way(
             await asyncio.sleep(0.05)
         [cache] = jkernel_caches(depot)
         (cache / "jl_Kd9fQz").write_bytes(b"")
+        # SIGKILL the kernel's process group, the compile in it, at once: a shutdown's
+        # SIGTERM may let the compile end its own way first, on a loaded machine.
+        sup.kill_now()
     finally:
         await sup.shutdown()
     assert lock.exists(), "the killed compile's lock is the point of this test"
