@@ -66,7 +66,8 @@ function pid_alive(pid)
     end
     close_paren = findlast(')', stat)
     close_paren === nothing && return true
-    return !(lstrip(stat[close_paren+1:end])[1:1] in ("Z", "X"))
+    state = lstrip(stat[close_paren+1:end])   # Z: zombie, X: dead
+    return !(startswith(state, "Z") || startswith(state, "X"))
 end
 
 """
@@ -141,6 +142,7 @@ Stop refreshing the lock and remove it, unless another process took it over mean
 """
 function release(lock::DepotLock)
     close(lock.refresh)
+    close(lock.file)   # first: Windows removes no file that is open
     ours = try
         read(lock.path, String) == lock.stamp
     catch e
@@ -148,7 +150,6 @@ function release(lock::DepotLock)
         false
     end
     ours && rm(lock.path; force = true)
-    close(lock.file)
     return nothing
 end
 
