@@ -413,7 +413,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M33",
         "a stale cache is compiled again by itself, for the next start",
-        (Edit(LAUNCHER_REST, "run(pipeline(compile; stdin = devnull, stdout = stdout, stderr = stdout);"
+        (Edit(LAUNCHER_REST, "run(pipeline(command; stdin = devnull, stdout = stdout, stderr = stdout);"
               " wait = false)", "nothing  # mutant M33"),),
         (f"{PC}::test_a_changed_source_loads_from_source_and_recompiles",),
     ),
