@@ -5,9 +5,15 @@
 # It says why the cache was not used (one line in Julia's log), compiles it beside this kernel
 # for the next start, and loads the source meanwhile; see server.jl's header for the cache.
 
-# `pkg`, `pkg_dir`, `entry` and `depot` are the globals server.jl set.
+# `pkg`, `pkg_dir`, `entry`, `depot` and `precompiling` are the globals server.jl set; depot.jl
+# keeps the depot.
+Base.include(@__MODULE__, joinpath(@__DIR__, "depot.jl"))
+
 let script = joinpath(@__DIR__, "server.jl"),
-    precompiling = ARGS == ["--precompile"]
+    # a compile a kernel starts for its next start leaves the work to one under way
+    waits = !("--no-wait" in ARGS),
+    # the default depot's siblings are JKernel's depots too; $JUTUL_JKERNEL_DEPOT's are not ours
+    default_depot = isempty(get(ENV, "JUTUL_JKERNEL_DEPOT", ""))
 
     say(msg...) = (println(stdout, "jutul-jkernel server: ", msg...); flush(stdout))
 
@@ -105,11 +111,43 @@ let script = joinpath(@__DIR__, "server.jl"),
         end
     end
 
-    if precompiling
+    # The compile lock held for the whole of it (see depot.jl): no other compile writes this
+    # depot meanwhile, so the temporary files of killed ones can go first.
+    function compile_locked()
+        held = try
+            mkpath(depot)
+            try_lock(depot)
+        catch e
+            println(stderr, "precompiling JKernel failed: cannot lock ", depot, ": ",
+                    sprint(showerror, e))
+            return false
+        end
+        if held === nothing
+            holder = something(lock_holder(lock_file(depot)), "?")
+            if !waits
+                println("a compile of JKernel into ", depot, " is already under way (", holder,
+                        "); it serves the next start")
+                return true
+            end
+            held = wait_for_lock(depot, (msg...) -> println(msg...))
+        end
+        try
+            removed = remove_temporaries(depot)
+            removed > 0 && println("removed ", removed,
+                                   " temporary file(s) of an interrupted compile")
+            record_package(depot, pkg_dir)
+            default_depot && remove_abandoned_siblings(depot, (msg...) -> println(msg...))
+            return compile()
+        finally
+            release(held)
+        end
+    end
+
+    function compile()
         problem = cache_problem()
         if problem === nothing
             println("JKernel's compile cache in ", depot, " is up to date")
-            exit(0)
+            return true
         end
         println("compiling JKernel into ", depot, ": ", problem)
         ok = with_package() do
@@ -126,8 +164,10 @@ let script = joinpath(@__DIR__, "server.jl"),
             end
         end
         ok && println("JKernel compiled into ", depot)
-        exit(ok ? 0 : 1)
+        return ok
     end
+
+    precompiling && exit(compile_locked() ? 0 : 1)
 
     opted_out = get(ENV, "JUTUL_JKERNEL_PRECOMPILED", "yes") == "no"
     problem = opted_out ? "JUTUL_JKERNEL_PRECOMPILED=no" : cache_problem()
@@ -137,6 +177,7 @@ let script = joinpath(@__DIR__, "server.jl"),
             with_package(() -> Base.require(pkg))
             jk = Base.root_module(pkg)
             jk.LOADED_FROM[] = "cache"
+            note_use(depot, pkg_dir)
         catch e
             problem = "loading the compiled cache failed: " * sprint(showerror, e)
         end
@@ -147,12 +188,16 @@ let script = joinpath(@__DIR__, "server.jl"),
         elseif !writable(depot)
             say("loading JKernel from source: ", problem, "; the cache directory ", depot,
                 " is not writable, so nothing is compiled")
+        elseif (holder = lock_holder(lock_file(depot))) !== nothing
+            say("loading JKernel from source: ", problem, "; a compile for the next start is ",
+                "already under way (", holder, ")")
         else
             say("loading JKernel from source: ", problem, "; compiling it for the next start")
             # Its output goes to Julia's log (stdout here), not to fd 2, which the supervisor
-            # reads as the cells' stderr.
-            compile = `$(Base.julia_cmd()) --startup-file=no $script --precompile`
-            run(pipeline(compile; stdin = devnull, stdout = stdout, stderr = stdout); wait = false)
+            # reads as the cells' stderr. --no-wait: a kernel that started beside this one may
+            # have begun the same compile since the look above; then this one leaves it to that.
+            command = `$(Base.julia_cmd()) --startup-file=no $script --precompile --no-wait`
+            run(pipeline(command; stdin = devnull, stdout = stdout, stderr = stdout); wait = false)
         end
         try
             with_package(include_as_package)

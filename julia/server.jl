@@ -2,6 +2,7 @@
 #
 #     julia [flags] server.jl <socket|port>   serve one kernel (JKernel.main; see JKernel/src)
 #     julia [flags] server.jl --precompile    write JKernel's compile cache, then exit
+#     ... --precompile --no-wait              the same, unless a compile is under way (then exit)
 #
 # The compile cache lives in a depot of its own: $JUTUL_JKERNEL_DEPOT, or by default
 # ${XDG_CACHE_HOME:-~/.cache}/jutul-jkernel/julia-<crc of this directory> (one per copy of the
@@ -9,6 +10,14 @@
 # DEPOT_PATH only while the package loads or compiles (compilecache writes to DEPOT_PATH[1];
 # loading searches every depot), and this directory is on LOAD_PATH only while it loads: the
 # user's `using JKernel`, `Pkg.status()` and DEPOT_PATH see none of it afterwards.
+#
+# The depot stays bounded (depot.jl does the work, launcher.jl calls it): a compile holds
+# DEPOT/compile.lock, so kernels that start together compile once and `--precompile` waits for
+# one under way; a lock whose holder died blocks nothing; the temporary files of a killed
+# compile go at the next; DEPOT/package-dir names the package directory and, by its mtime
+# (rewritten below at each start from the cache), the last use; and a compile into a default
+# depot removes the `julia-*` siblings whose package directory is gone or that no kernel used
+# for 30 days.
 #
 # A fresh cache is loaded with Base.require, here. Without one (first start, Julia or the
 # package changed: Julia's own staleness check decides), launcher.jl takes over: the source
@@ -37,7 +46,8 @@ Core.eval(Module(:JKernelLauncher), quote
         key = isdefined(Base, :_crc32c) ? Base._crc32c(pkg_dir) : hash(pkg_dir)
         depot = joinpath(cache_home, "jutul-jkernel", "julia-" * string(key; base = 16))
     end
-    jk = if ARGS != ["--precompile"] && get(ENV, "JUTUL_JKERNEL_PRECOMPILED", "yes") != "no"
+    precompiling = get(ARGS, 1, "") == "--precompile"
+    jk = if !precompiling && get(ENV, "JUTUL_JKERNEL_PRECOMPILED", "yes") != "no"
         load_path, depot_path = copy(LOAD_PATH), copy(DEPOT_PATH)
         try
             prepend!(empty!(LOAD_PATH), [@__DIR__, "@stdlib"])
@@ -59,6 +69,14 @@ Core.eval(Module(:JKernelLauncher), quote
         jk = Base.include(@__MODULE__, joinpath(@__DIR__, "launcher.jl"))
     else
         jk.LOADED_FROM[] = "cache"
+        # Which package this depot serves, and by its mtime when a kernel last started from it:
+        # a compile removes depots whose package is gone or that are unused (see depot.jl,
+        # RECORD_NAME). A depot that cannot be written keeps no record; the start goes on.
+        try
+            write(joinpath(depot, "package-dir"), pkg_dir)
+        catch e
+            e isa Base.IOError || e isa SystemError || rethrow()
+        end
     end
     delete!(ENV, "JUTUL_JKERNEL_DEPOT")
     delete!(ENV, "JUTUL_JKERNEL_PRECOMPILED")

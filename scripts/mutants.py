@@ -78,6 +78,7 @@ JK_PROGRESS = "julia/JKernel/src/progress.jl"
 JK_STDIN = "julia/JKernel/src/stdin.jl"
 SURF = "tests/test_surface.py"
 DOCTOR = "jutul_jkernel/doctor.py"
+DEPOT = "julia/depot.jl"
 DOC = "tests/test_doctor.py"
 RDV = "jutul_jkernel/rendezvous.py"
 SEC = "tests/test_security.py"
@@ -415,7 +416,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M33",
         "a stale cache is compiled again by itself, for the next start",
-        (Edit(LAUNCHER_REST, "run(pipeline(compile; stdin = devnull, stdout = stdout, stderr = stdout);"
+        (Edit(LAUNCHER_REST, "run(pipeline(command; stdin = devnull, stdout = stdout, stderr = stdout);"
               " wait = false)", "nothing  # mutant M33"),),
         (f"{PC}::test_a_changed_source_loads_from_source_and_recompiles",),
     ),
@@ -1164,6 +1165,106 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (f"{CC}::test_a_cancelled_cell_leaves_no_child",),
+    ),
+    Mutant(
+        "M130",
+        "a compile removes the temporary files that killed compiles left in the depot",
+        (Edit(DEPOT, "startswith(name, TEMP_PREFIX) || continue", "continue  # mutant M130"),),
+        (f"{PC}::test_a_killed_compile_leaves_no_temporary_file_and_no_lock_in_the_way",),
+    ),
+    Mutant(
+        "M131",
+        "a kernel that finds a compile under way loads the source and starts no compile",
+        (
+            Edit(
+                LAUNCHER_REST,
+                "elseif (holder = lock_holder(lock_file(depot))) !== nothing",
+                "elseif (holder = nothing) !== nothing  # mutant M131",
+            ),
+        ),
+        (f"{PC}::test_a_kernel_leaves_the_compile_to_the_one_under_way",),
+    ),
+    Mutant(
+        "M132",
+        "a live compile lock is never taken over: one compile at a time",
+        (
+            Edit(
+                DEPOT,
+                "lock_holder(path) === nothing || return nothing",
+                "nothing  # mutant M132",
+            ),
+        ),
+        (
+            f"{PC}::test_a_compile_for_the_next_start_gives_way_to_one_under_way",
+            f"{PC}::test_kernels_that_start_together_compile_once",
+            f"{PC}::test_precompile_waits_for_the_compile_under_way",
+        ),
+    ),
+    Mutant(
+        "M133",
+        "the installer's precompile waits for a compile under way, then does its work",
+        (Edit(LAUNCHER_REST, 'waits = !("--no-wait" in ARGS)', "waits = false  # mutant M133"),),
+        (f"{PC}::test_precompile_waits_for_the_compile_under_way",),
+    ),
+    Mutant(
+        "M134",
+        "a lock whose holder died (a zombie not yet reaped) blocks no compile",
+        (Edit(DEPOT, "Sys.islinux() || return true", "return true  # mutant M134"),),
+        (f"{PC}::test_a_lock_whose_holder_died_is_taken_over_at_once",),
+    ),
+    Mutant(
+        "M135",
+        "a compile removes the default depots of installs that are gone or unused",
+        (
+            Edit(
+                LAUNCHER_REST,
+                "default_depot && remove_abandoned_siblings(",
+                "false && remove_abandoned_siblings(  # mutant M135\n",
+            ),
+        ),
+        (f"{PC}::test_a_compile_removes_the_depots_of_installs_that_are_gone",),
+    ),
+    Mutant(
+        "M136",
+        "a depot whose compile lock is held is never removed",
+        (
+            Edit(
+                DEPOT,
+                "lock_holder(lock_file(dir)) === nothing || return nothing",
+                "nothing  # mutant M136",
+            ),
+        ),
+        (f"{PC}::test_a_compile_removes_the_depots_of_installs_that_are_gone",),
+    ),
+    Mutant(
+        "M137",
+        "the clean-up of depots never follows nor removes a symlink",
+        (Edit(DEPOT, "(islink(dir) || !isdir(dir)) && continue", "!isdir(dir) && continue"),),
+        (f"{PC}::test_a_compile_removes_the_depots_of_installs_that_are_gone",),
+    ),
+    Mutant(
+        "M138",
+        "the directory around $JUTUL_JKERNEL_DEPOT is the user's: no sibling there is removed",
+        (
+            Edit(
+                LAUNCHER_REST,
+                'default_depot = isempty(get(ENV, "JUTUL_JKERNEL_DEPOT", ""))',
+                "default_depot = true  # mutant M138",
+            ),
+        ),
+        (f"{PC}::test_a_compile_removes_the_depots_of_installs_that_are_gone",),
+    ),
+    Mutant(
+        "M139",
+        "a kernel start from the cache records the depot's package and its last use",
+        (
+            Edit(
+                LAUNCHER,
+                'write(joinpath(depot, "package-dir"), pkg_dir)',
+                "nothing  # mutant M139",
+            ),
+        ),
+        (f"{PC}::test_a_kernel_start_records_its_depot_as_used",),
     ),
     Mutant(
         "M150",

@@ -2,9 +2,11 @@
 
 ``server.jl`` loads the JKernel package from its compile cache when Julia's own staleness check
 passes, and otherwise includes the source, says why in one line of Julia's log, and compiles
-for the next start when it can write the cache. Each test works on its own copy of ``julia/``
-and its own cache depot (JUTUL_JKERNEL_DEPOT), so the checkout's cache and sources are never
-touched. Every wait is bounded, and a compile started in the background is waited for before
+for the next start when it can write the cache. The depot stays tidy (julia/depot.jl): one
+compile at a time, no leftovers of a killed one, no depots of installs that are gone. Each
+test works on its own copy of ``julia/`` and its own cache depot (JUTUL_JKERNEL_DEPOT, or
+XDG_CACHE_HOME for the default depot), so the checkout's cache and sources are never touched.
+Every wait is bounded, and a compile started in the background is waited for or killed before
 its kernel ends.
 """
 
@@ -13,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import socket
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -241,5 +245,304 @@ async def test_an_unwritable_cache_directory_loads_from_source(
         assert len(lines) == 1, lines
         assert "no compiled cache for Julia" in lines[0] and "is not writable" in lines[0]
         assert "compiling" not in log_of(sup)
+    finally:
+        await sup.shutdown()
+
+
+# ---- the depot's upkeep (julia/depot.jl) ----
+
+DAY = 86400.0
+COMPILED_LINE = "JKernel compiled into"
+COMPILING_LINE = "compiling JKernel into"
+
+
+def jkernel_caches(depot: Path) -> list[Path]:
+    """The directories Base.compilecache writes JKernel's cache into: compiled/vX.Y/JKernel."""
+    return sorted((depot / "compiled").glob("v*/JKernel"))
+
+
+def hold_lock(depot: Path) -> Path:
+    """A live compile lock, as a compile of this host holds it (Pidfile's "<pid> <host>"):
+    this test process is the holder."""
+    lock = depot / "compile.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text(f"{os.getpid()} {socket.gethostname()}")
+    return lock
+
+
+def change_source(server: Path) -> None:
+    changed = server.parent / "JKernel" / "src" / "queries.jl"
+    changed.write_text(changed.read_text() + "\n# changed by test_precompile\n")
+
+
+async def until_logged(sups: list[JuliaSupervisor], text: str) -> None:
+    """Wait (bounded) until one of the kernels' logs holds ``text``."""
+    deadline = time.monotonic() + COMPILE_BOUND
+    while not any(text in log_of(sup) for sup in sups):
+        logs = "\n".join(log_of(sup) for sup in sups)
+        assert time.monotonic() < deadline, f"never logged {text!r}:\n{logs}"
+        await asyncio.sleep(0.2)
+
+
+async def test_a_killed_compile_leaves_no_temporary_file_and_no_lock_in_the_way(
+    copy: Path, tmp_path: Path
+) -> None:
+    """A kernel killed while its compile for the next start runs kills that compile. Julia
+    1.10+ then leaves the package image's temporary file (compilecache's `tmppath_so`, a
+    mktemp `jl_XXXXXX` that exists for the whole compile; 1.5.3 makes its only one at the end,
+    so one is planted to stand for it) and the compile lock, whose pid is gone. The next start
+    takes the lock over at once, removes the file, compiles, and the start after loads the
+    cache."""
+    depot = tmp_path / "depot"
+    precompile(copy, depot)
+    change_source(copy)
+    lock = depot / "compile.lock"
+    sup = await start(depot)
+    try:
+        assert "compiling it for the next start" in log_of(sup)
+        deadline = time.monotonic() + COMPILE_BOUND
+        while not lock.exists():
+            assert COMPILED_LINE not in log_of(sup), "the compile ended before it was killed"
+            assert time.monotonic() < deadline, f"the compile never took the lock:\n{log_of(sup)}"
+            await asyncio.sleep(0.05)
+        [cache] = jkernel_caches(depot)
+        (cache / "jl_Kd9fQz").write_bytes(b"")
+        # SIGKILL the kernel's process group, the compile in it, at once: a shutdown's
+        # SIGTERM may let the compile end its own way first, on a loaded machine.
+        sup.kill_now()
+    finally:
+        await sup.shutdown()
+    assert lock.exists(), "the killed compile's lock is the point of this test"
+    again = await start(depot)
+    try:
+        assert loaded_from(again) == "source"
+        assert "compiling it for the next start" in log_of(again), log_of(again)
+        await until_logged([again], COMPILED_LINE)
+        assert "removed 1 temporary file(s) of an interrupted compile" in log_of(again)
+        assert not [f.name for f in cache.iterdir() if f.name.startswith("jl_")]
+        assert not lock.exists()
+    finally:
+        await again.shutdown()
+    third = await start(depot)
+    try:
+        assert loaded_from(third) == "cache", log_of(third)
+    finally:
+        await third.shutdown()
+
+
+async def test_a_kernel_leaves_the_compile_to_the_one_under_way(
+    copy: Path, tmp_path: Path
+) -> None:
+    """With the depot's compile lock held by a live process, a kernel on a stale cache loads
+    the source, names the holder, and starts no compile of its own."""
+    depot = tmp_path / "depot"
+    precompile(copy, depot)
+    change_source(copy)
+    lock = hold_lock(depot)
+    sup = await start(depot)
+    try:
+        assert loaded_from(sup) == "source"
+        assert await value(sup, "1 + 1") == "2"
+        line = next(line for line in log_of(sup).splitlines() if SOURCE_LINE in line)
+        assert "a compile for the next start is already under way" in line, line
+        assert f"({os.getpid()} {socket.gethostname()})" in line, line
+        assert "compiling" not in log_of(sup)
+    finally:
+        await sup.shutdown()
+    assert lock.read_text() == f"{os.getpid()} {socket.gethostname()}", "the lock is not ours"
+
+
+def test_a_compile_for_the_next_start_gives_way_to_one_under_way(
+    copy: Path, tmp_path: Path
+) -> None:
+    """Two kernels that start together may both start a compile for the next start
+    (`--precompile --no-wait`); the one that finds the lock held compiles nothing."""
+    depot = tmp_path / "depot"
+    hold_lock(depot)
+    done = subprocess.run(
+        ["julia", "--startup-file=no", str(copy), "--precompile", "--no-wait"],
+        env={**os.environ, "JUTUL_JKERNEL_DEPOT": str(depot)},
+        capture_output=True,
+        text=True,
+        timeout=COMPILE_BOUND,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "is already under way" in done.stdout, done.stdout
+    assert COMPILING_LINE not in done.stdout
+    assert not jkernel_caches(depot)
+
+
+# Only Linux tells a zombie from a live process without a child's own wait (/proc/<pid>/stat);
+# elsewhere a dead holder's zombie holds the lock until it turns stale (depot.jl, LOCK_STALE).
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="zombies are told on Linux only")
+def test_a_lock_whose_holder_died_is_taken_over_at_once(copy: Path, tmp_path: Path) -> None:
+    """A lock whose holder is dead but not yet reaped (a zombie: a compile killed with its
+    kernel is orphaned, and init reaps it when it gets round to it) blocks nothing: a compile
+    takes the lock over and runs, and removes the lock when done."""
+    depot = tmp_path / "depot"
+    holder = subprocess.Popen(["true"])  # reaped only at the end: a zombie meanwhile
+    try:
+        deadline = time.monotonic() + CELL_BOUND
+        # WNOWAIT: see that it exited, and leave it unreaped
+        while os.waitid(os.P_PID, holder.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
+            assert time.monotonic() < deadline, "the holder never ended"
+            time.sleep(0.05)
+        lock = depot / "compile.lock"
+        depot.mkdir()
+        lock.write_text(f"{holder.pid} {socket.gethostname()}")
+        done = subprocess.run(
+            ["julia", "--startup-file=no", str(copy), "--precompile", "--no-wait"],
+            env={**os.environ, "JUTUL_JKERNEL_DEPOT": str(depot)},
+            capture_output=True,
+            text=True,
+            timeout=COMPILE_BOUND,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert COMPILED_LINE in done.stdout, done.stdout
+        assert not lock.exists()
+    finally:
+        holder.wait(timeout=CELL_BOUND)
+
+
+async def test_kernels_that_start_together_compile_once(copy: Path, tmp_path: Path) -> None:
+    """Two kernels started at once on a stale cache: both serve from source, and one compile
+    runs for the next start, not two."""
+    depot = tmp_path / "depot"
+    precompile(copy, depot)
+    change_source(copy)
+    sups = [
+        JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT, env={"JUTUL_JKERNEL_DEPOT": str(depot)})
+        for _ in range(2)
+    ]
+    try:
+        await asyncio.gather(*(sup.start() for sup in sups))
+        assert [loaded_from(sup) for sup in sups] == ["source", "source"]
+        await until_logged(sups, COMPILED_LINE)
+        logs = "\n".join(log_of(sup) for sup in sups)
+        assert logs.count(COMPILING_LINE) == 1, logs
+    finally:
+        await asyncio.gather(*(sup.shutdown() for sup in sups))
+
+
+async def test_precompile_waits_for_the_compile_under_way(copy: Path, tmp_path: Path) -> None:
+    """`server.jl --precompile` (the installer's) waits while a live process holds the lock,
+    then does its work: it never compiles beside another compile, nor gives up."""
+    depot = tmp_path / "depot"
+    lock = hold_lock(depot)
+    proc = await asyncio.create_subprocess_exec(
+        "julia", "--startup-file=no", str(copy), "--precompile",
+        env={**os.environ, "JUTUL_JKERNEL_DEPOT": str(depot)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    assert proc.stdout is not None
+    try:
+        first = await asyncio.wait_for(proc.stdout.readline(), COMPILE_BOUND)
+        assert first.decode().startswith("waiting for the compile under way"), first
+        assert str(os.getpid()) in first.decode()
+        lock.unlink()
+        rest = await asyncio.wait_for(proc.stdout.read(), COMPILE_BOUND)
+        assert await asyncio.wait_for(proc.wait(), COMPILE_BOUND) == 0, rest
+        assert COMPILED_LINE in rest.decode(), rest
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert not lock.exists()
+
+
+def make_depot(root: Path, name: str, package: Path | None, age_days: float) -> Path:
+    """A depot as an earlier install left it: a cache file, the record of its package
+    directory (none for a depot made before records), last used ``age_days`` ago."""
+    depot = root / name
+    cache = depot / "compiled" / "v1.5" / "JKernel"
+    cache.mkdir(parents=True)
+    (cache / "LQPp1_mKw5T.ji").write_bytes(b"cache")
+    when = time.time() - age_days * DAY
+    if package is not None:
+        record = depot / "package-dir"
+        record.write_text(str(package))
+        os.utime(record, (when, when))
+    os.utime(depot, (when, when))
+    return depot
+
+
+def test_a_compile_removes_the_depots_of_installs_that_are_gone(
+    copy: Path, tmp_path: Path
+) -> None:
+    """A compile into a default depot (~/.cache/jutul-jkernel/julia-<crc>) removes the sibling
+    depots whose package directory is gone (unused for an hour) or that no kernel used for 30
+    days; it keeps those used lately, those whose compile lock is held, anything reached
+    through a symlink, and anything not named like a depot. With $JUTUL_JKERNEL_DEPOT the
+    directory around it is not ours: nothing there is touched."""
+    cache_home = tmp_path / "cache"
+    root = cache_home / "jutul-jkernel"
+    alive, gone = tmp_path / "alive" / "JKernel", tmp_path / "gone" / "JKernel"
+    alive.mkdir(parents=True)
+    removed = {
+        "julia-a1": make_depot(root, "julia-a1", gone, 2 / 24),
+        "julia-a3": make_depot(root, "julia-a3", alive, 31),
+        "julia-a7": make_depot(root, "julia-a7", None, 31),
+    }
+    kept = {
+        "julia-a2": make_depot(root, "julia-a2", gone, 0),
+        "julia-a4": make_depot(root, "julia-a4", alive, 29),
+        "julia-a5": make_depot(root, "julia-a5", gone, 2 / 24),
+        "other": make_depot(root, "other", gone, 40),
+    }
+    hold_lock(kept["julia-a5"])
+    os.utime(kept["julia-a5"] / "package-dir", (time.time() - DAY, time.time() - DAY))
+    outside = make_depot(tmp_path / "elsewhere", "julia-a6", gone, 40)
+    (root / "julia-a6").symlink_to(outside, target_is_directory=True)
+    env = {k: v for k, v in os.environ.items() if k != "JUTUL_JKERNEL_DEPOT"}
+    env["XDG_CACHE_HOME"] = str(cache_home)
+
+    def compile_with(**extra: str) -> str:
+        done = subprocess.run(
+            ["julia", "--startup-file=no", str(copy), "--precompile"],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=COMPILE_BOUND,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    custom = compile_with(JUTUL_JKERNEL_DEPOT=str(root / "julia-c0"))
+    assert "removed" not in custom, custom
+    assert all(d.is_dir() for d in [*removed.values(), *kept.values()])
+
+    out = compile_with()
+    own = [d for d in root.iterdir() if d.name not in {*kept, "julia-a6", "julia-c0"}]
+    assert len(own) == 1 and own[0].name.startswith("julia-"), own
+    assert (own[0] / "package-dir").read_text() == str(copy.parent / "JKernel")
+    for name, depot in removed.items():
+        assert not depot.exists(), f"{name} was kept:\n{out}"
+        assert f"removed the compile cache {depot}" in out
+    for name, depot in kept.items():
+        assert (depot / "compiled").is_dir(), f"{name} was removed:\n{out}"
+    assert (root / "julia-a6").is_symlink() and (outside / "compiled").is_dir(), out
+    assert (root / "julia-c0" / "compiled").is_dir()
+
+
+async def test_a_kernel_start_records_its_depot_as_used(
+    compiled: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel that starts from the cache rewrites the depot's record: its package
+    directory, and by its mtime the last use that keeps the depot from being removed."""
+    server, depot = compiled
+    monkeypatch.setattr(_resources, "server_script", lambda: server)
+    record = depot / "package-dir"
+    old = time.time() - 40 * DAY
+    record.write_text("stale")
+    os.utime(record, (old, old))
+    sup = await start(depot)
+    try:
+        assert loaded_from(sup) == "cache"
+        assert record.read_text() == str(server.parent / "JKernel")
+        assert record.stat().st_mtime > old + 39 * DAY
     finally:
         await sup.shutdown()
