@@ -95,6 +95,7 @@ IJP = "tests/test_ijulia_packages.py"
 FT = "tests/test_faults.py"
 JK_LIFELINE = "julia/JKernel/src/lifeline.jl"
 DSSH = "tests/test_distributed_ssh.py"
+DIST = "tests/test_distributed.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -1296,8 +1297,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 JK_LIFELINE,
-                "open(pipeline(detach(lifeline_cmd(sshflags, host)); stderr = devnull)",
-                "open(pipeline(lifeline_cmd(sshflags, host); stderr = devnull)",
+                "open(pipeline(detach(cmd); stderr = devnull)",
+                "open(pipeline(cmd; stderr = devnull)",
             ),
         ),
         (f"{DSSH}::test_a_signalled_interrupt_keeps_the_workers_and_their_lifeline",),
@@ -1307,6 +1308,36 @@ MUTANTS: tuple[Mutant, ...] = (
         "a worker that outlasts SIGTERM gets SIGKILL from the lifeline",
         (Edit(JK_LIFELINE, 'kill -9 $p 2>/dev/null")', 'true")  # mutant M153'),),
         (f"{DSSH}::test_sigkilled_julia_ends_busy_remote_workers",),
+    ),
+    Mutant(
+        "M154",
+        "local workers end when their Julia is SIGKILLed while they compute: a lifeline holds them",
+        (
+            Edit(
+                JK_LIFELINE,
+                "local_lifeline_possible() || continue",
+                "continue  # mutant M154",
+            ),
+        ),
+        (f"{DIST}::test_sigkilled_julia_ends_busy_local_workers",),
+    ),
+    Mutant(
+        "M155",
+        "a SIGINT to Julia's process group leaves the local lifeline, and so the workers, alive",
+        (
+            Edit(
+                JK_LIFELINE,
+                "open(pipeline(detach(cmd); stderr = devnull)",
+                "open(pipeline(cmd; stderr = devnull)",
+            ),
+        ),
+        (f"{DIST}::test_a_signalled_interrupt_keeps_the_local_workers_and_their_lifeline",),
+    ),
+    Mutant(
+        "M156",
+        "a local worker that outlasts SIGTERM gets SIGKILL from the lifeline",
+        (Edit(JK_LIFELINE, 'kill -9 $p 2>/dev/null")', 'true")  # mutant M156'),),
+        (f"{DIST}::test_sigkilled_julia_ends_busy_local_workers",),
     ),
     Mutant(
         "M160",

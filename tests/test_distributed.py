@@ -1,5 +1,5 @@
 """Distributed.jl through Jupyter: workers start, print into the cell, stop on interrupt, die
-with their kernel.
+with their kernel, however it dies.
 
 Workers run detached (their own session), so once their master Julia is gone they are no
 longer descendants of this test: their pids are recorded while they run and checked with psutil,
@@ -8,9 +8,12 @@ and any survivor is killed in teardown.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -18,6 +21,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 from .conftest import SHARED_KERNEL_PIDS, START_TIMEOUT, StartSignal, start_kernel, stop_kernel
+from .test_faults import julia_of
 from .test_kernel_client import collect, drain, execute, result_of, text_of
 
 pytestmark = pytest.mark.e2e
@@ -26,6 +30,9 @@ ADDPROCS_TIMEOUT = 60.0  # addprocs(2) takes ~2 s here; a loaded machine may nee
 CELL_TIMEOUT = 30.0
 INTERRUPT_REPLY_WITHIN = 5.0
 WORKERS_GONE_WITHIN = 10.0
+# After a SIGKILL of Julia: the lifeline's SIGTERM, its 5 s of grace (lifeline.jl
+# LIFELINE_GRACE), then SIGKILL, on a loaded machine.
+LIFELINE_ENDS_WITHIN = 30.0
 ADD_WORKERS = "using Distributed; addprocs(2); nworkers()"
 WORKER_PIDS = "[remotecall_fetch(getpid, w) for w in workers()]"
 
@@ -41,6 +48,27 @@ def _worker_processes(kc: BlockingKernelClient) -> list[psutil.Process]:
     for p in procs:
         assert "--worker" in p.cmdline(), p.cmdline()
     return procs
+
+
+def _lifelines(julia: int) -> list[psutil.Process]:
+    """The local lifeline loops (julia/JKernel/src/lifeline.jl) that this Julia started."""
+    return [
+        p
+        for p in psutil.Process(julia).children()
+        if p.name() == "sh" and any("while read" in a for a in p.cmdline())
+    ]
+
+
+def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``procs`` still running (a zombie has ended)."""
+    found = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return found
 
 
 def _kill_survivors(procs: list[psutil.Process]) -> list[int]:
@@ -174,6 +202,26 @@ def test_interrupting_a_computing_pmap(
     assert result_of(outputs) == "(2, 3, 42)"
 
 
+def test_a_signalled_interrupt_keeps_the_local_workers_and_their_lifeline(
+    cluster: tuple[KernelManager, BlockingKernelClient, list[psutil.Process]],
+) -> None:
+    """A SIGINT to Julia's process group (the supervisor's interrupt when Julia does not
+    answer its INT frame) leaves the lifeline's sh running, so the workers stay: the lifeline
+    ends them only when Julia ends."""
+    km, kc, workers = cluster
+    drain(kc)
+    julia = julia_of(km)
+    lifelines = _lifelines(julia)
+    assert len(lifelines) == 1, [p.cmdline() for p in psutil.Process(julia).children()]
+    os.killpg(julia, signal.SIGINT)
+    # A cell's round trip to both workers: by its end a sh the SIGINT reached has ended and
+    # SIGTERMed the workers.
+    after = _worker_processes(kc)
+    assert _alive(lifelines) == lifelines, "the SIGINT ended the lifeline's sh"
+    assert [p.pid for p in after] == [p.pid for p in workers]
+    assert _alive(workers) == workers
+
+
 # ---- workers die with their kernel ----
 
 
@@ -222,3 +270,42 @@ def test_restart_kernel_leaves_no_worker(kernel_env: dict[str, str]) -> None:
         stop_kernel(km, kc)
         survivors = _kill_survivors(workers)
     assert not survivors
+
+
+def test_sigkilled_julia_ends_busy_local_workers(
+    kernel_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Julia's process group SIGKILLed (the supervisor's kill_now and _kill, the OOM killer)
+    while its local workers compute without yielding: no Julia code runs at its death and the
+    workers never look at their master's socket again, yet both end, and so does the lifeline
+    loop that ends them (julia/JKernel/src/lifeline.jl). One worker is stopped (SIGSTOP)
+    first, so that SIGTERM cannot end it and the lifeline must escalate."""
+    km, kc, workers = _own_cluster(kernel_env)
+    lifelines: list[psutil.Process] = []
+    try:
+        julia = julia_of(km)
+        # Each worker writes its marker, then spins without a yield point: once both markers
+        # exist, neither worker runs the task that exits on its master's EOF.
+        spin = (
+            f'for w in workers(); @spawnat w (touch("{tmp_path}/spin-$(myid())"); '
+            "while true; end); end"
+        )
+        reply, _ = execute(kc, spin, CELL_TIMEOUT)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        deadline = time.monotonic() + CELL_TIMEOUT
+        while len(list(tmp_path.glob("spin-*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sorted(p.name for p in tmp_path.glob("spin-*")) == ["spin-2", "spin-3"]
+        lifelines = _lifelines(julia)
+        workers[-1].suspend()
+        t0 = time.perf_counter()
+        os.killpg(julia, signal.SIGKILL)
+        _, alive = psutil.wait_procs(workers + lifelines, timeout=LIFELINE_ENDS_WITHIN)
+        gone_s = time.perf_counter() - t0
+        assert not alive, f"still running after SIGKILL of Julia: {[p.pid for p in alive]}"
+        assert len(lifelines) == 1, "no lifeline loop, or more than one, was running"
+    finally:
+        stop_kernel(km, kc)
+        survivors = _kill_survivors(workers + lifelines)
+    assert not survivors
+    print(f"\n[distributed] busy and stopped local workers gone {gone_s:.2f} s after SIGKILL")

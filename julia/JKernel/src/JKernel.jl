@@ -15,8 +15,8 @@ by Julia version, each branch citing the upstream source it follows), `helpers.j
 (frames), `capture.jl` (fd 1 and 2, drain markers, write buffering), `display.jl`, `progress.jl`,
 `stdin.jl`, `repl.jl` (cell semantics and REPL modes), `ijulia.jl` (the IJulia shim),
 `eval.jl` (evaluation, interrupts, warm-up), `queries.jl` (complete, inspect, is_complete),
-`startup_file.jl`, `distributed.jl` (workers on other hosts), `lifeline.jl` (SSH workers end
-with this process), `main.jl` (start-up), and
+`startup_file.jl`, `distributed.jl` (workers on other hosts), `lifeline.jl` (local and SSH
+workers end with this process), `main.jl` (start-up), and
 `precompile.jl` (the signatures compiled into the package cache).
 """
 module JKernel

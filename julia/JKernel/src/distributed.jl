@@ -6,7 +6,7 @@
 # `interrupt` sends one (for SSHManager: `ssh host kill -2 <pid>`); at shutdown every remote
 # worker gets one and all are removed with `rmprocs` before Julia exits. Local workers
 # (LocalManager) are left as they were. When Julia dies without running its code (SIGKILL),
-# lifeline.jl ends the SSH workers.
+# lifeline.jl ends the local and SSH workers.
 # The server never loads Distributed itself (start-up time), and does nothing without workers.
 
 const DISTRIBUTED_ID = Base.PkgId(Base.UUID("8ba89e20-285c-5b6f-9357-94700520ee1b"), "Distributed")
