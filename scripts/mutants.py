@@ -114,9 +114,9 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 SUP,
-                "await self._send(j, encode(FrameKind.INT, ex.id)) "
-                "if await self._acked_before_silence(",
-                "if False and await self._acked_before_silence(",  # mutant M3: no INT frame
+                "await self._send(j, encode(FrameKind.INT, ex.id, request)) "
+                "handed = await self._acked_before_silence(",
+                "handed = False and await self._acked_before_silence(",  # mutant M3: no INT
             ),
             Edit(SUP, "self._signal(j) ex.sigint_sent = True", "ex.sigint_sent = True"),
         ),
@@ -372,7 +372,7 @@ MUTANTS: tuple[Mutant, ...] = (
             Edit(
                 SUP,
                 "self._settling = asyncio.create_task(self._settle(ex))",
-                "await self._send(j, encode(FrameKind.INT, ex.id))",
+                "await self._send(j, encode(FrameKind.INT, ex.id, self._new_id()))",
             ),
         ),
         (f"{SJ}::test_a_cancelled_execution_is_interrupted",),
