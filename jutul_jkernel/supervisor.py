@@ -112,7 +112,10 @@ _BURST_GAP = 0.05
 # After a forced throw the ACK follows within milliseconds; past this we restart.
 _BURST_WAIT = 3.0
 # Once a signal was taken, the cell's result follows within seconds (rendering the error is
-# the slow part when cold); past this Julia is wedged and restarted.
+# the slow part when cold); past this Julia is wedged and restarted. Unless the cell's code
+# caught the interrupt (no ACK from run_cell, only the listener's for the claimed request) and
+# goes on: it gets the interrupt again, as a new request, as the INT frame's rung does after
+# _UNWIND_WAIT; a wedged Julia ends in that request's restart.
 _AFTER_SIGNAL_WAIT = 15.0
 # Julia writes an output marker and sends MRK right after; reading up to it takes milliseconds
 # (paused for IOPub, as long as IOPub needs). Past this, a marker is taken as lost.
@@ -787,7 +790,10 @@ class JuliaSupervisor:
         (both sides then deliver as they can, as before claims: see _INT_ACK_MAX)."""
         if self._claims is None and self._log_dir is not None:
             try:
-                self._claims = Path(tempfile.mkdtemp(prefix="claims-", dir=self._log_dir))
+                # Absolute: Julia runs in another working directory (cwd) than a relative
+                # log directory is relative to.
+                made = tempfile.mkdtemp(prefix="claims-", dir=self._log_dir)
+                self._claims = Path(made).absolute()
             except OSError as exc:
                 log.warning("no interrupt claims directory in %s: %s", self._log_dir, exc)
         return self._claims
@@ -1269,6 +1275,7 @@ class JuliaSupervisor:
             log.debug("execution %s: no ACK of the INT frame; sending SIGINT", ex.id)
             self._signal(j)
             ex.sigint_sent = True
+            claimed, acks = not handed, ex.acks  # the SIGINT delivers this request
             taken = await _taken(ex, ack, _SIGINT_WAIT)
             if not taken:
                 taken = await _taken_while_compiling(j, ex, ack, faults)
@@ -1290,6 +1297,11 @@ class JuliaSupervisor:
                 log.debug("execution %s: Julia took the interrupt (%s)", ex.id, ex.interrupt_path)
                 ex.acked = True
                 if self._start_over_if_asked_again(ex) or await _finished(ex, _AFTER_SIGNAL_WAIT):
+                    return
+                if claimed and not ex.forced and ex.acks < acks + 2:
+                    log.info("execution %s goes on after its interrupt; asking again", ex.id)
+                    ex.acked = ex.again = False
+                    ex.interrupter = asyncio.create_task(self._escalate(ex))
                     return
             log.warning("execution %s survived a forced interrupt; restarting Julia", ex.id)
             ex.interrupt_path = "restart"

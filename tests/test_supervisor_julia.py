@@ -20,7 +20,7 @@ import psutil
 import pytest
 import pytest_asyncio
 
-from jutul_jkernel import protocol
+from jutul_jkernel import protocol, supervisor
 from jutul_jkernel.supervisor import (
     ExecutionResult,
     JuliaDiedError,
@@ -712,14 +712,48 @@ async def test_a_request_the_listener_claimed_gets_no_sigint(
     assert result.interrupt_path == "frame", result  # no SIGINT was sent
 
 
-async def test_the_claims_directory_goes_with_the_supervisor(tmp_path: Path) -> None:
-    """The claims directory is made beside the logs and removed at shutdown, even from a log
-    directory that is the caller's."""
-    sup = JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT, log_dir=tmp_path)
+@pytest.mark.asyncio(loop_scope="module")
+async def test_code_that_caught_a_signal_and_goes_on_is_asked_again_not_restarted(
+    warm_julia: JuliaSupervisor, start_signal: StartSignal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A computing cell whose code catches the SIGINT and then goes on (yielding) past the
+    wait for its result gets the interrupt again, as a new request, in the same Julia: no
+    restart. (The wait is shortened here; its length is not the promise.)"""
+    julia = warm_julia
+    monkeypatch.setattr(supervisor, "_AFTER_SIGNAL_WAIT", 1.0)
+    assert (await run(julia, "keep = 8")).status == "ok"
+    pid = julia.pid
+    code = (
+        "try; {started}; while true; x = rand(100); end; catch e; println(\"caught \", e); end; "
+        "for i in 1:100_000; sleep(0.01); end"
+    )
+    out = Output()
+    result, _ = await interrupt_when_started(julia, code, start_signal, out)
+    assert out.text().count("caught InterruptException()") == 1, out.text()
+    assert result.status == "interrupted", result
+    assert result.state_kept and julia.pid == pid, result
+    # Nothing forced: the listener's ACK said the first request was taken, and the second
+    # went as an INT frame to a cell that yields.
+    assert (result.interrupt_path, result.notice) == ("frame", None), result
+    assert (await run(julia, "keep")).text == "8"
+
+
+async def test_the_claims_directory_goes_with_the_supervisor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claims directory is made beside the logs, named absolutely (Julia works in its own
+    cwd), and removed at shutdown, even from a log directory that is the caller's."""
+    monkeypatch.chdir(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    sup = JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT, log_dir="logs", cwd=elsewhere)
     try:
         await sup.start()
         claims = sup._claims
-        assert claims is not None and claims.is_dir() and claims.parent == tmp_path
+        assert claims is not None and claims.is_absolute(), claims
+        assert claims.is_dir() and claims.parent == tmp_path / "logs"
+        seen = await run(sup, "(isdir(JKernel.CLAIMS_DIR[]), JKernel.CLAIMS_DIR[])")
+        assert seen.text == f'(true, "{claims}")', seen
     finally:
         await sup.shutdown()
     assert not claims.exists()

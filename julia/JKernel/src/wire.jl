@@ -176,9 +176,10 @@ function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
             send_frame("ACK", string(id))
         elseif id > LAST_ID[]
             # Sent but not started (the first cell compiles the server for a second): it
-            # starts interrupted, with no signal needed, and runs no user code, so a SIGINT that
-            # claimed the request first reaches no user code either. Claiming spares the
-            # supervisor that SIGINT.
+            # starts interrupted, with no signal needed. A SIGINT that claimed the request
+            # first cannot reach the cell's code either: it lands before the cell starts, or
+            # while evaluate starts it, which ends in the same interrupted result. Claiming
+            # spares the supervisor that SIGINT.
             claim_interrupt(request)
             INTERRUPTED_BEFORE_START[] = id
             send_frame("ACK", string(id))
