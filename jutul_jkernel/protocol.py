@@ -35,13 +35,15 @@ class FrameKind(enum.Enum):
     RES = "RES"  # RES <id> <ok|err|int> <n>: the one result of evaluation <id>
     INP = "INP"  # INP <id> <password 0|1> <n>: evaluation <id> reads a line; payload: prompt
     ANS = "ANS"  # ANS <id> <n>: JSON answer to QRY <id>
-    ACK = "ACK"  # ACK <n> 0: answers SYN <n>, or INT <n> once it reached the evaluation
+    ACK = "ACK"  # ACK <n> 0: answers SYN <n>, or INT <n> once it reached the evaluation (by
+    # the frame, or by the SIGINT that claimed its request)
     PAY = "PAY"  # PAY <id> <n>: JSON reply payload of evaluation <id> (e.g. set_next_input)
     MRK = "MRK"  # MRK <m> <n>: the frame in the payload (or none) follows output marker <m>
     # Python -> Julia
     EXE = "EXE"  # EXE <id> <n>: code to evaluate (backtraces name it In[<id>])
     EXN = "EXN"  # EXN <id> <name> <n>: the same, naming the code <name>, e.g. In[3]
-    INT = "INT"  # INT <id> 0: interrupt evaluation <id> (ignored unless it is still running)
+    INT = "INT"  # INT <id> <request> 0: interrupt evaluation <id> (ignored unless it is still
+    # running), unless the SIGINT claimed <request> first (supervisor.py, _INT_ACK_MAX)
     TXT = "TXT"  # TXT <id> <n>: the line typed in answer to INP <id> (no trailing newline)
     NIN = "NIN"  # NIN <id> <n>: no input can be had for INP <id>; payload says why
     QRY = "QRY"  # QRY <id> <complete|inspect|is_complete> <cursor> <n>: payload is the code
@@ -56,7 +58,7 @@ class FrameKind(enum.Enum):
 _ARITY = {
     FrameKind.RDY: 1, FrameKind.INF: 0, FrameKind.OUT: 1, FrameKind.DSP: 1, FrameKind.CLR: 2,
     FrameKind.VAL: 1, FrameKind.ERR: 1, FrameKind.RES: 2, FrameKind.INP: 2, FrameKind.ANS: 1,
-    FrameKind.ACK: 1, FrameKind.EXE: 1, FrameKind.EXN: 2, FrameKind.INT: 1, FrameKind.TXT: 1,
+    FrameKind.ACK: 1, FrameKind.EXE: 1, FrameKind.EXN: 2, FrameKind.INT: 2, FrameKind.TXT: 1,
     FrameKind.NIN: 1, FrameKind.QRY: 3, FrameKind.SYN: 1, FrameKind.PAY: 1, FrameKind.MRK: 1,
 }  # fmt: skip
 _KINDS: dict[bytes, FrameKind] = {k.value.encode(): k for k in FrameKind}
@@ -88,7 +90,7 @@ _VALIDATORS: dict[FrameKind, tuple[object, ...]] = {
     FrameKind.PAY: (_ID,),
     FrameKind.EXE: (_ID,),
     FrameKind.EXN: (_ID,),
-    FrameKind.INT: (_ID,),
+    FrameKind.INT: (_ID, _ID),
     FrameKind.TXT: (_ID,),
     FrameKind.NIN: (_ID,),
     FrameKind.SYN: (_ID,),

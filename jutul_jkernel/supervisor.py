@@ -73,6 +73,17 @@ _FIRST_FRAME_WAIT = 5.0
 # (seen in 1 of ~30 print floods through the kernel).
 _INT_ACK_WAIT = 0.02
 _INT_ACK_MAX = 3.0
+# One request, one delivery (issue 21). The INT frame and the SIGINT that follows it are two
+# ways to deliver one request, and either alone may be late: the listener reads the frame only
+# when the cell yields, perhaps long after the SIGINT (a cell that catches the interrupt and
+# prints a report), or just as the silence runs out, so that its ACK and our SIGINT cross. A
+# round trip (the listener asks, we answer "deliver" or "drop") only moves the race: the answer
+# too is read only when the cell next yields. So the two sides race for the request on an
+# atomic primitive both have, mkdir of <claims>/<request> (POSIX mkdir(2), Windows
+# CreateDirectoryW; Julia's `mkdir` is uv_fs_mkdir, JuliaLang/julia release-1.10,
+# release-1.12 and master base/file.jl): the listener delivers the frame only if it made the
+# directory, we send the SIGINT only if we did. A listener that finds it made already answers
+# ACK all the same: it runs, so the SIGINT, sent as we claimed, lands at its next safepoint.
 # The listener's ACK says only that the INT frame was handed to the cell. Code that catches the
 # interrupt can go on, or hang: Pkg's precompile (JuliaLang/julia release-1.12
 # base/precompilation.jl, and Pkg release-1.10 src/precompilation.jl) catches it in
@@ -101,7 +112,10 @@ _BURST_GAP = 0.05
 # After a forced throw the ACK follows within milliseconds; past this we restart.
 _BURST_WAIT = 3.0
 # Once a signal was taken, the cell's result follows within seconds (rendering the error is
-# the slow part when cold); past this Julia is wedged and restarted.
+# the slow part when cold); past this Julia is wedged and restarted. Unless the cell's code
+# caught the interrupt (no ACK from run_cell, only the listener's for the claimed request) and
+# goes on: it gets the interrupt again, as a new request, as the INT frame's rung does after
+# _UNWIND_WAIT; a wedged Julia ends in that request's restart.
 _AFTER_SIGNAL_WAIT = 15.0
 # Julia writes an output marker and sends MRK right after; reading up to it takes milliseconds
 # (paused for IOPub, as long as IOPub needs). Past this, a marker is taken as lost.
@@ -221,6 +235,7 @@ class _Execution:
     # stopped when it ends (children.py). None where that cannot be known (Windows).
     children_before: children.Snapshot | None = None
     again: bool = False  # another interrupt was asked for while one was under way
+    requests: list[int] = field(default_factory=list)  # its interrupt requests (claims)
     input_tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
@@ -441,6 +456,9 @@ class JuliaSupervisor:
         self._needs_sync = False
         self._interrupt_pending = False  # interrupt() came while an execution was starting
         self._settling: asyncio.Task[None] | None = None  # see _settle
+        # Where the INT frame and the SIGINT race for each interrupt request (see _INT_ACK_MAX);
+        # one per supervisor, so request ids (from _new_id) never repeat in it.
+        self._claims: Path | None = None
         self._closed = False
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -631,6 +649,7 @@ class JuliaSupervisor:
         await self._stop_julia(reason="was shut down")
         for task in list(self._background):
             task.cancel()
+        self._remove_claims()
         if self._own_log_dir and self._log_dir is not None:
             shutil.rmtree(self._log_dir, ignore_errors=True)
 
@@ -644,6 +663,7 @@ class JuliaSupervisor:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self._launched.popen.pid, signal.SIGKILL)
             self._launched.listener.close()  # and its socket's directory
+        self._remove_claims()
 
     async def complete(self, code: str, cursor: int) -> dict[str, Any]:
         """REPL completions at ``cursor`` (code points): matches, cursor_start, cursor_end."""
@@ -721,6 +741,9 @@ class JuliaSupervisor:
         argv = self._argv(listener.address)
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         env = self._child_env(token)
+        claims = self._claims_dir()
+        if claims is not None:
+            env["JUTUL_JKERNEL_CLAIMS"] = str(claims)
         kwargs: dict[str, Any] = {}
         pipe_fds: dict[str, int] | None = None
         ours: list[int] = []  # write ends, closed here once Julia has them
@@ -767,6 +790,24 @@ class JuliaSupervisor:
         return _Launch(
             popen, listener, token, log_path, pipe_fds, marker_prefix(marker), self._settings()
         )
+
+    def _claims_dir(self) -> Path | None:
+        """The claims directory, made beside the logs at the first start; None if it cannot be
+        (both sides then deliver as they can, as before claims: see _INT_ACK_MAX)."""
+        if self._claims is None and self._log_dir is not None:
+            try:
+                # Absolute: Julia runs in another working directory (cwd) than a relative
+                # log directory is relative to.
+                made = tempfile.mkdtemp(prefix="claims-", dir=self._log_dir)
+                self._claims = Path(made).absolute()
+            except OSError as exc:
+                log.warning("no interrupt claims directory in %s: %s", self._log_dir, exc)
+        return self._claims
+
+    def _remove_claims(self) -> None:
+        claims, self._claims = self._claims, None
+        if claims is not None:
+            shutil.rmtree(claims, ignore_errors=True)
 
     def _settings(self) -> tuple[Any, ...]:
         """What decides Julia's command line and environment (an early launch must match)."""
@@ -1214,6 +1255,12 @@ class JuliaSupervisor:
             task.cancel()
         if ex.sigint_sent and not ex.killed_for_interrupt:
             self._needs_sync = True
+        # Julia claims only for the running evaluation (or one not started): this one has
+        # ended, so its claims are settled.
+        for request in ex.requests:
+            if self._claims is not None:
+                with contextlib.suppress(OSError):
+                    (self._claims / str(request)).rmdir()
 
     # ---- interrupts ----
 
@@ -1230,8 +1277,16 @@ class JuliaSupervisor:
         try:
             ex.interrupt_path = "frame"
             acks = ex.acks
-            await self._send(j, encode(FrameKind.INT, ex.id))
-            if await self._acked_before_silence(j, ex, ack):
+            request = self._new_id()
+            ex.requests.append(request)
+            await self._send(j, encode(FrameKind.INT, ex.id, request))
+            handed = await self._acked_before_silence(j, ex, ack)
+            if not handed and not self._claim(request):
+                # The listener claimed it as the silence ran out: the frame delivers it, and
+                # its ACK is on the way.
+                await _taken(ex, ack, _INT_ACK_MAX)
+                handed = True
+            if handed:
                 # Handed over; the cell's own ACK follows the listener's once its code unwound.
                 # Cold, unwinding means compiling run_cell's error path: wait while it compiles.
                 ack = self._next_ack(ex)
@@ -1249,6 +1304,7 @@ class JuliaSupervisor:
             log.debug("execution %s: no ACK of the INT frame; sending SIGINT", ex.id)
             self._signal(j)
             ex.sigint_sent = True
+            claimed, acks = not handed, ex.acks  # the SIGINT delivers this request
             taken = await _taken(ex, ack, _SIGINT_WAIT)
             if not taken:
                 taken = await _taken_while_compiling(j, ex, ack, faults)
@@ -1270,6 +1326,11 @@ class JuliaSupervisor:
                 log.debug("execution %s: Julia took the interrupt (%s)", ex.id, ex.interrupt_path)
                 ex.acked = True
                 if self._start_over_if_asked_again(ex) or await _finished(ex, _AFTER_SIGNAL_WAIT):
+                    return
+                if claimed and not ex.forced and ex.acks < acks + 2:
+                    log.info("execution %s goes on after its interrupt; asking again", ex.id)
+                    ex.acked = ex.again = False
+                    ex.interrupter = asyncio.create_task(self._escalate(ex))
                     return
             log.warning("execution %s survived a forced interrupt; restarting Julia", ex.id)
             ex.interrupt_path = "restart"
@@ -1322,6 +1383,19 @@ class JuliaSupervisor:
             return False
         ex.acked = ex.again = False
         ex.interrupter = asyncio.create_task(self._escalate(ex))
+        return True
+
+    def _claim(self, request: int) -> bool:
+        """Claim interrupt ``request`` for a SIGINT; False if Julia's listener claimed it for
+        the INT frame (see _INT_ACK_MAX). Signal at once after a True: no await between."""
+        if self._claims is None:
+            return True
+        try:
+            (self._claims / str(request)).mkdir()
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            log.warning("could not claim interrupt %s (%s); signalling anyway", request, exc)
         return True
 
     @staticmethod

@@ -119,9 +119,9 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 SUP,
-                "await self._send(j, encode(FrameKind.INT, ex.id)) "
-                "if await self._acked_before_silence(",
-                "if False and await self._acked_before_silence(",  # mutant M3: no INT frame
+                "await self._send(j, encode(FrameKind.INT, ex.id, request)) "
+                "handed = await self._acked_before_silence(",
+                "handed = False and await self._acked_before_silence(",  # mutant M3: no INT
             ),
             Edit(SUP, "self._signal(j) ex.sigint_sent = True", "ex.sigint_sent = True"),
         ),
@@ -377,7 +377,7 @@ MUTANTS: tuple[Mutant, ...] = (
             Edit(
                 SUP,
                 "self._settling = asyncio.create_task(self._settle(ex))",
-                "await self._send(j, encode(FrameKind.INT, ex.id))",
+                "await self._send(j, encode(FrameKind.INT, ex.id, self._new_id()))",
             ),
         ),
         (f"{SJ}::test_a_cancelled_execution_is_interrupted",),
@@ -1166,6 +1166,105 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (f"{CC}::test_a_cancelled_cell_leaves_no_child",),
+    ),
+    Mutant(
+        "M140",
+        "one interrupt is delivered once: the listener leaves a request the SIGINT claimed",
+        (
+            Edit(
+                JK_WIRE,
+                "claim_interrupt(request) && forward_interrupt()",
+                "forward_interrupt()  # mutant M140",
+            ),
+        ),
+        (
+            f"{SJ}::test_one_interrupt_is_delivered_once_to_code_that_catches_it",
+            f"{IN}::test_one_stop_reaches_code_that_catches_it_once",
+        ),
+    ),
+    Mutant(
+        "M141",
+        "one interrupt is delivered once: no SIGINT for a request the listener claimed",
+        (
+            Edit(
+                SUP,
+                "if not handed and not self._claim(request):",
+                "if not handed and not self._claim(request) and False:  # mutant M141",
+            ),
+        ),
+        (f"{SJ}::test_a_request_the_listener_claimed_gets_no_sigint",),
+    ),
+    Mutant(
+        "M142",
+        "a listener that lost the claim still says the interrupt reached the cell: no burst",
+        (
+            Edit(
+                JK_WIRE,
+                'claim_interrupt(request) && forward_interrupt() send_frame("ACK", string(id))',
+                'claim_interrupt(request) && (forward_interrupt(); send_frame("ACK", string(id)))',
+            ),
+        ),
+        (
+            f"{SJ}::test_one_interrupt_is_delivered_once_to_code_that_catches_it",
+            f"{SJ}::test_code_that_caught_a_signal_and_goes_on_is_asked_again_not_restarted",
+        ),
+    ),
+    Mutant(
+        "M143",
+        "one interrupt is delivered once: the supervisor claims a request before its SIGINT",
+        (Edit(SUP, "(self._claims / str(request)).mkdir()", "pass  # mutant M143"),),
+        (
+            f"{SJ}::test_one_interrupt_is_delivered_once_to_code_that_catches_it",
+            f"{SJ}::test_one_interrupt_is_delivered_once_when_frame_and_signal_race",
+        ),
+    ),
+    Mutant(
+        "M144",
+        "an execution's interrupt claims go when it ends",
+        (Edit(SUP, "(self._claims / str(request)).rmdir()", "pass  # mutant M144"),),
+        (f"{SJ}::test_one_interrupt_is_delivered_once_to_code_that_catches_it",),
+    ),
+    Mutant(
+        "M145",
+        "the claims directory goes at shutdown, even from the caller's log directory",
+        (
+            Edit(
+                SUP,
+                "self._remove_claims() if self._own_log_dir",
+                "if self._own_log_dir",
+            ),
+        ),
+        (f"{SJ}::test_the_claims_directory_goes_with_the_supervisor",),
+    ),
+    Mutant(
+        "M146",
+        "Julia is told where the claims are",
+        (
+            Edit(
+                SUP,
+                'env["JUTUL_JKERNEL_CLAIMS"] = str(claims)',
+                "pass  # mutant M146",
+            ),
+        ),
+        (f"{SJ}::test_one_interrupt_is_delivered_once_to_code_that_catches_it",),
+    ),
+    Mutant(
+        "M147",
+        "code that caught a SIGINT and goes on is asked again, as a new request: no restart",
+        (
+            Edit(
+                SUP,
+                "if claimed and not ex.forced and ex.acks < acks + 2:",
+                "if False:  # mutant M147",
+            ),
+        ),
+        (f"{SJ}::test_code_that_caught_a_signal_and_goes_on_is_asked_again_not_restarted",),
+    ),
+    Mutant(
+        "M148",
+        "the claims directory is named absolutely: Julia finds it from its own cwd",
+        (Edit(SUP, "self._claims = Path(made).absolute()", "self._claims = Path(made)"),),
+        (f"{SJ}::test_the_claims_directory_goes_with_the_supervisor",),
     ),
     Mutant(
         "M130",

@@ -98,7 +98,7 @@ _REF_ARGS: dict[str, tuple[bytes, ...]] = {
     "PAY": (_REF_ID,),
     "EXE": (_REF_ID,),
     "EXN": (_REF_ID, _REF_ARG),
-    "INT": (_REF_ID,),
+    "INT": (_REF_ID, _REF_ID),
     "TXT": (_REF_ID,),
     "NIN": (_REF_ID,),
     "QRY": (_REF_ID, rb"complete|inspect|is_complete", rb"0|[1-9][0-9]{0,17}"),
@@ -653,7 +653,7 @@ def _odd_frames(draw: st.DrawFn) -> list[tuple[bytes, tuple[str, int] | None]]:
         if choice == "SYN":
             out.append((encode(FrameKind.SYN, i), ("ACK", i)))
         elif choice == "INT":  # nothing runs: ignored, no ACK
-            out.append((encode(FrameKind.INT, i), None))
+            out.append((encode(FrameKind.INT, i, i), None))
         elif choice in ("TXT", "NIN"):  # nobody asked for input: ignored
             kind = FrameKind.TXT if choice == "TXT" else FrameKind.NIN
             out.append((encode(kind, i, payload=draw(st.binary(max_size=50))), None))

@@ -19,8 +19,16 @@ from jupyter_client.manager import KernelManager
 
 from jutul_jkernel.supervisor import JuliaSupervisor
 
-from .conftest import STARTUP_TIMEOUT, shared_kernel
-from .test_kernel_client import REPLY_TIMEOUT, collect, execute, result_of, text_of
+from .conftest import STARTUP_TIMEOUT, StartSignal, shared_kernel
+from .test_kernel_client import (
+    INTERRUPT_TIMEOUT,
+    REPLY_TIMEOUT,
+    collect,
+    execute,
+    result_of,
+    text_of,
+    wait_until_warm,
+)
 
 FLOOD = 'while true; println("tick tock " ^ 8); end'
 RESULT_TIMEOUT = 30.0
@@ -167,3 +175,33 @@ def test_console_sees_the_interrupted_cells_error_before_idle(kernel: Kernel) ->
         if reply["parent_header"].get("msg_id") == started:
             assert reply["content"]["ename"] == "InterruptException"
             break
+
+
+# A computing cell whose code catches the interrupt and reports, yielding as it prints (issue
+# 21): the SIGINT delivers the request, and the INT frame, read once the report yields, must not
+# deliver it again into the report.
+CATCH_AND_REPORT = (
+    "try; {started}; while true; x = rand(100); end; catch e; println(\"caught \", e); "
+    'for i in 1:50; println("report ", i); sleep(0.01); end; end; println("done")'
+)
+
+
+@pytest.mark.e2e
+def test_one_stop_reaches_code_that_catches_it_once(
+    kernel: Kernel, start_signal: StartSignal
+) -> None:
+    """One interrupt_request: the cell's code catches one InterruptException, prints its whole
+    report and ends normally."""
+    km, kc = kernel
+    wait_until_warm(kc)
+    msg_id = kc.execute(CATCH_AND_REPORT.format(started=start_signal.julia))
+    start_signal.wait(REPLY_TIMEOUT)
+    km.interrupt_kernel()
+    reply, outputs = collect(kc, msg_id, INTERRUPT_TIMEOUT)
+    text = text_of(outputs)
+    assert reply["content"]["status"] == "ok", (reply["content"], text)
+    assert text.count("caught InterruptException()") == 1, text
+    reports = [line for line in text.splitlines() if line.startswith("report ")]
+    assert reports == [f"report {i}" for i in range(1, 51)], text
+    assert text.rstrip().endswith("done"), text
+    assert "[jutul-jkernel]" not in text_of(outputs, "stderr")

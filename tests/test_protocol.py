@@ -37,7 +37,7 @@ VALID_ARGS: dict[FrameKind, tuple[str, ...]] = {
     FrameKind.PAY: ("4",),
     FrameKind.EXE: ("1",),
     FrameKind.EXN: ("1", "In[3]"),
-    FrameKind.INT: ("7",),
+    FrameKind.INT: ("7", "12"),
     FrameKind.TXT: ("7",),
     FrameKind.NIN: ("7",),
     FrameKind.QRY: ("7", "is_complete", "0"),
@@ -394,11 +394,12 @@ ARG_STRATEGIES: dict[FrameKind, tuple[st.SearchStrategy[str], ...]] = {
     FrameKind.INP: (IDS, BIT),
     FrameKind.QRY: (IDS, st.sampled_from(QUERY_OPS), CURSORS),
     FrameKind.EXN: (IDS, ASCII_TOKEN),
+    FrameKind.INT: (IDS, IDS),
     **{
         k: (IDS,)
         for k in (
             FrameKind.DSP, FrameKind.VAL, FrameKind.ERR, FrameKind.ANS, FrameKind.ACK,
-            FrameKind.EXE, FrameKind.INT, FrameKind.TXT, FrameKind.NIN, FrameKind.SYN,
+            FrameKind.EXE, FrameKind.TXT, FrameKind.NIN, FrameKind.SYN,
             FrameKind.PAY, FrameKind.MRK,
         )
     },

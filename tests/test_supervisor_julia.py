@@ -20,7 +20,7 @@ import psutil
 import pytest
 import pytest_asyncio
 
-from jutul_jkernel import protocol
+from jutul_jkernel import protocol, supervisor
 from jutul_jkernel.supervisor import (
     ExecutionResult,
     JuliaDiedError,
@@ -622,6 +622,141 @@ async def test_interrupt_while_julia_compiles_keeps_the_session(
     finally:
         silent.close()
         await sup.shutdown()
+
+
+# These run before the forced interrupt below: on Julia 1.5.3 an allocating loop does not take
+# the first SIGINT after a forced throw (it takes the second), and the SIGINT rung would wait
+# out _COMPILE_WAIT, as it takes the loop's page faults for compiling.
+# A computing cell that catches its interrupt and then reports, yielding as it prints (issue
+# 21): the INT frame waits unread while the loop computes, so the SIGINT delivers the request;
+# the listener reads the INT frame only once the report yields, and must not deliver it again.
+CATCH_AND_REPORT = (
+    "try; {started}; while true; x = rand(100); end; catch e; println(\"caught \", e); "
+    'for i in 1:50; println("report ", i); sleep(0.01); end; end; println("done")'
+)
+REPORT_LINES = 50
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_one_interrupt_is_delivered_once_to_code_that_catches_it(
+    warm_julia: JuliaSupervisor, start_signal: StartSignal
+) -> None:
+    """One interrupt of a computing cell whose code catches it reaches that code once: its
+    whole error report prints, the cell goes on to its end, and nothing is forced."""
+    julia = warm_julia
+    pid = julia.pid
+    out = Output()
+    result, _ = await interrupt_when_started(julia, CATCH_AND_REPORT, start_signal, out)
+    text = out.text()
+    assert result.status == "ok", (result, text)
+    assert text.count("caught InterruptException()") == 1, text
+    reports = [line for line in text.splitlines() if line.startswith("report ")]
+    assert reports == [f"report {i}" for i in range(1, REPORT_LINES + 1)], text
+    assert text.rstrip().endswith("done"), text
+    assert result.interrupt_path == "sigint", result
+    assert result.notice is None, result.notice
+    assert julia.alive and julia.pid == pid
+    claims = julia._claims
+    assert claims is not None and not list(claims.iterdir()), "claims left after the cell"
+
+
+# Computes for ~20 ms between yields, so that the INT frame and the SIGINT race (the listener
+# reads the frame at a yield just as the supervisor's 20 ms of silence run out, or the SIGINT
+# lands first and the frame is read after); the code catches what it gets, then counts any
+# further delivery for a while.
+RACING_CATCHER = (
+    "function racing_catcher(); caught = 0; "
+    "try; {started}; while true; t = time(); while time() - t < 0.02; global junk = rand(10); "
+    "end; sleep(0.0001); end; catch; caught += 1; end; "
+    "for i in 1:30; try; sleep(0.01); catch; caught += 1; end; end; caught; end; "
+    "racing_catcher()"
+)
+RACE_TRIALS = 8
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_one_interrupt_is_delivered_once_when_frame_and_signal_race(
+    warm_julia: JuliaSupervisor, tmp_path: Path
+) -> None:
+    """However the INT frame and the SIGINT of one interrupt interleave, the cell's code
+    receives exactly one InterruptException."""
+    julia = warm_julia
+    paths = []
+    for _ in range(RACE_TRIALS):
+        started = StartSignal(tmp_path)
+        try:
+            result, _ = await interrupt_when_started(julia, RACING_CATCHER, started)
+        finally:
+            started.close()
+        assert (result.status, result.text) == ("ok", "1"), result
+        paths.append(result.interrupt_path)
+    print(f"\n[one delivery] {RACE_TRIALS} races: {paths}")
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_request_the_listener_claimed_gets_no_sigint(
+    warm_julia: JuliaSupervisor, start_signal: StartSignal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the listener claims a request just as the silence runs out, the supervisor sends no
+    SIGINT for it: the frame delivers it, once. The race is too narrow to hit on demand, so the
+    supervisor is told it lost the claim; the cell computes past the silence, then sleeps,
+    where the listener reads the frame (and claims the request) and delivers it."""
+    julia = warm_julia
+    monkeypatch.setattr(julia, "_claim", lambda request: False)
+    code = (
+        "function late_reader(); {started}; t = time(); "
+        "while time() - t < 0.5; global junk = rand(100); end; sleep(1000); end; late_reader()"
+    )
+    result, _ = await interrupt_when_started(julia, code, start_signal)
+    assert result.status == "interrupted", result
+    assert result.interrupt_path == "frame", result  # no SIGINT was sent
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_code_that_caught_a_signal_and_goes_on_is_asked_again_not_restarted(
+    warm_julia: JuliaSupervisor, start_signal: StartSignal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A computing cell whose code catches the SIGINT and then goes on (yielding) past the
+    wait for its result gets the interrupt again, as a new request, in the same Julia: no
+    restart. (The wait is shortened here; its length is not the promise.)"""
+    julia = warm_julia
+    monkeypatch.setattr(supervisor, "_AFTER_SIGNAL_WAIT", 1.0)
+    assert (await run(julia, "keep = 8")).status == "ok"
+    pid = julia.pid
+    code = (
+        "try; {started}; while true; x = rand(100); end; catch e; println(\"caught \", e); end; "
+        "for i in 1:100_000; sleep(0.01); end"
+    )
+    out = Output()
+    result, _ = await interrupt_when_started(julia, code, start_signal, out)
+    assert out.text().count("caught InterruptException()") == 1, out.text()
+    assert result.status == "interrupted", result
+    assert result.state_kept and julia.pid == pid, result
+    # Nothing forced: the listener's ACK said the first request was taken, and the second
+    # went as an INT frame to a cell that yields.
+    assert (result.interrupt_path, result.notice) == ("frame", None), result
+    assert (await run(julia, "keep")).text == "8"
+
+
+async def test_the_claims_directory_goes_with_the_supervisor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claims directory is made beside the logs, named absolutely (Julia works in its own
+    cwd), and removed at shutdown, even from a log directory that is the caller's."""
+    monkeypatch.chdir(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    sup = JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT, log_dir="logs", cwd=elsewhere)
+    try:
+        await sup.start()
+        claims = sup._claims
+        assert claims is not None and claims.is_absolute(), claims
+        assert claims.is_dir() and claims.parent == tmp_path / "logs"
+        seen = await run(sup, "(isdir(JKernel.CLAIMS_DIR[]), JKernel.CLAIMS_DIR[])")
+        assert seen.text == f'(true, "{claims}")', seen
+    finally:
+        await sup.shutdown()
+    assert not claims.exists()
 
 
 @pytest.mark.asyncio(loop_scope="module")

@@ -57,6 +57,30 @@ function forward_interrupt()
     return true
 end
 
+"""
+    claim_interrupt(request) -> Bool
+
+Whether the INT frame, not the supervisor's SIGINT, delivers interrupt `request`: whichever
+side makes the directory `<CLAIMS_DIR>/<request>` first delivers it (supervisor.py says why).
+`mkdir` is atomic and fails with EEXIST for the loser (uv_fs_mkdir, synchronous with no loop
+and no callback: JuliaLang/julia release-1.10, release-1.12 and master base/file.jl); `isdir`
+tells that failure from any other. Without a claims directory, or if it is unusable, the frame
+delivers, as before claims existed.
+"""
+function claim_interrupt(request::Int)
+    isempty(CLAIMS_DIR[]) && return true
+    path = joinpath(CLAIMS_DIR[], string(request))
+    try
+        mkdir(path)
+        return true
+    catch e
+        e isa InterruptException && rethrow()
+        isdir(path) && return false
+        diag("could not claim interrupt ", request, ": ", sprint(showerror, e))
+        return true
+    end
+end
+
 function json(io::IO, x::AbstractDict)
     print(io, '{')
     first = true

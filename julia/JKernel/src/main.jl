@@ -67,6 +67,8 @@ function serve(args)
     token = get(ENV, "JUTUL_JKERNEL_TOKEN", "")
     isempty(token) && (diag("JUTUL_JKERNEL_TOKEN is not set"); exit(2))
     delete!(ENV, "JUTUL_JKERNEL_TOKEN")   # user code and child processes must not see it
+    CLAIMS_DIR[] = get(ENV, "JUTUL_JKERNEL_CLAIMS", "")   # see claim_interrupt
+    delete!(ENV, "JUTUL_JKERNEL_CLAIMS")
     watch_parent!()
     SOCK[] = connect_supervisor(address)
 

@@ -32,6 +32,7 @@ const LAST_ID = Ref(0)                 # parent of output produced between evalu
 const IN_USER = Ref(false)             # the evaluating task is inside user code
 const PENDING_INTERRUPT = Ref(false)   # an interrupt arrived while the server held the task
 const INTERRUPTED_BEFORE_START = Ref(0) # id of a queued evaluation interrupted before it ran
+const CLAIMS_DIR = Ref("")             # where INT frames and SIGINTs race for requests ("": none)
 const QUEUE = Channel{Tuple{Int,String,String,Bool}}(Inf)   # id, code, name, a named cell
 const INPUT_WAIT = Ref{Union{Nothing,Channel{Any}}}(nothing)
 const PIPES = Dict{String,Any}()       # "stdout"/"stderr" => write end of our pipe

@@ -26,13 +26,18 @@
 #   PAY <id> <n>                   JSON execute_reply payload of evaluation <id> (IJulia.load:
 #                                  {"source": "set_next_input", "text": ..., "replace": ...})
 #   ACK <n> 0                      answer to SYN <n>; for evaluation <n>: an interrupt reached it
-#                                  (the listener handed an INT frame over, or the evaluation
-#                                  caught one that came by signal). No ACK: it is not yielding
+#                                  (the listener handed an INT frame over, or found its request
+#                                  claimed by the SIGINT, which lands at once as the listener
+#                                  runs; or the evaluation caught one that came by signal).
+#                                  No ACK: it is not yielding
 # Python -> Julia
 #   EXE <id> <n>                   code to evaluate (queued; evaluated one at a time, in order);
 #                                  backtraces call it In[<id>]
 #   EXN <id> <name> <n>            the same, naming the code <name> (e.g. In[3], Jupyter's count)
-#   INT <id> 0                     interrupt evaluation <id>; ignored unless it is running
+#   INT <id> <request> 0           interrupt evaluation <id>; ignored unless it is running.
+#                                  Delivered only if the listener claims <request> before the
+#                                  supervisor's SIGINT does (helpers.jl, claim_interrupt): one
+#                                  request, one delivery
 #   TXT <id> <n>                   the line typed in answer to INP <id>
 #   NIN <id> <n>                   no line can be had for INP <id>; payload says why
 #   QRY <id> <op> <cursor> <n>     op: complete | inspect | is_complete; payload: the code;
@@ -84,7 +89,7 @@ send_mark(mark::Int) = mark > 0 && send_frame("MRK", string(mark))
 
 protocol_failure(msg) = (diag("protocol error: ", msg, "; closing the connection"); exit(86))
 
-const INCOMING = Dict("EXE" => 1, "EXN" => 2, "INT" => 1, "TXT" => 1, "NIN" => 1, "QRY" => 3, "SYN" => 1)
+const INCOMING = Dict("EXE" => 1, "EXN" => 2, "INT" => 2, "TXT" => 1, "NIN" => 1, "QRY" => 3, "SYN" => 1)
 
 # Numbers on the wire are plain decimal, as protocol.py writes and checks them: tryparse alone
 # would also take "0x10", "+1", "01" and trailing whitespace.
@@ -163,11 +168,19 @@ function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
     elseif kind == "EXN"
         put!(QUEUE, (id, String(payload), String(args[1]), true))
     elseif kind == "INT"
-        if id == CURRENT[] && forward_interrupt()
+        request = wire_number(args[1])
+        (request === nothing || request < 1) && protocol_failure("bad request in INT $id")
+        if id == CURRENT[]
+            # The SIGINT that claimed the request delivers it; either way it reached the cell.
+            claim_interrupt(request) && forward_interrupt()
             send_frame("ACK", string(id))
         elseif id > LAST_ID[]
             # Sent but not started (the first cell compiles the server for a second): it
-            # starts interrupted, with no signal needed.
+            # starts interrupted, with no signal needed. A SIGINT that claimed the request
+            # first cannot reach the cell's code either: it lands before the cell starts, or
+            # while evaluate starts it, which ends in the same interrupted result. Claiming
+            # spares the supervisor that SIGINT.
+            claim_interrupt(request)
             INTERRUPTED_BEFORE_START[] = id
             send_frame("ACK", string(id))
         end
