@@ -652,7 +652,8 @@ def _odd_frames(draw: st.DrawFn) -> list[tuple[bytes, tuple[str, int] | None]]:
         choice = draw(st.sampled_from(["SYN", "INT", "TXT", "NIN", "QRY", "EXE", "EXN"]))
         if choice == "SYN":
             out.append((encode(FrameKind.SYN, i), ("ACK", i)))
-        elif choice == "INT":  # nothing runs: ignored, no ACK
+        elif choice == "INT":  # not started yet: the server takes it for a cell to come
+            # (INTERRUPTED_BEFORE_START, with or without an ACK); unchecked, it must not harm
             out.append((encode(FrameKind.INT, i, i), None))
         elif choice in ("TXT", "NIN"):  # nobody asked for input: ignored
             kind = FrameKind.TXT if choice == "TXT" else FrameKind.NIN
