@@ -1,6 +1,6 @@
 """make mutants: deliberate breaks that the tests guarding each promise must catch.
 
-Each mutant below breaks one promise of the README on purpose: a list of edits (file, pattern,
+Each mutant below breaks one promise of the docs on purpose: a list of edits (file, pattern,
 replacement) applied to a temporary copy of the tree, and the tests that guard that promise.
 The runner first runs every guarding test on the unbroken copy (they must pass), then, for each
 mutant, applies it to a fresh copy and runs only its guarding tests: a failure is "killed", a
@@ -47,7 +47,7 @@ class Edit:
 @dataclass(frozen=True)
 class Mutant:
     id: str
-    promise: str  # what the README promises, which this break violates
+    promise: str  # what the README or docs/ promise, which this break violates
     edits: tuple[Edit, ...]
     tests: tuple[str, ...]  # "tests/file.py::test_name" (a name prefix: parametrized ids too)
     env: dict[str, str] = field(default_factory=dict)
