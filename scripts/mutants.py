@@ -10,7 +10,7 @@ if a run errs.
 
 Patterns are regular expressions in which every run of spaces in the text matches any
 whitespace, so reformatting does not lose them; each must match exactly once. Add a mutant
-whenever a new promise is made.
+whenever a new promise is made, then run `make promise-map` (tests/README.md lists them all).
 
     python scripts/mutants.py                 # all mutants
     python scripts/mutants.py M3 M9           # some of them
