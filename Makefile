@@ -3,12 +3,13 @@
 # make test:  setup, what only the tests need (a browser), then the whole suite.
 # make demo:  setup, then the main job.
 # make mutants: deliberate breaks that the tests guarding each promise must catch (not in test).
+# make promise-map: tests/README.md, each promise with its tests and mutant, from the mutants.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup setup-test test demo bench mutants clean
+.PHONY: setup setup-test test demo bench mutants promise-map clean
 setup: $(STAMP)
 	@bash scripts/ensure-julia.sh
 	@bash scripts/ensure-xvfb.sh
@@ -42,6 +43,10 @@ demo: setup
 
 mutants: setup
 	$(PY) scripts/mutants.py $(MUTANTS_ARGS)
+
+# Standard library only, so no setup: run it after adding or changing a mutant.
+promise-map:
+	$(PYTHON) scripts/promise_map.py --write
 
 bench: setup
 	$(PY) -m bench $(BENCH_ARGS)

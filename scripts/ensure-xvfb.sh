@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Make sure Xvfb and xdpyinfo are here: the kernel's --xvfb option (headless graphics, see the
-# README) starts Xvfb, and tests/test_xvfb.py checks the display from a cell with xdpyinfo.
+# Make sure Xvfb and xdpyinfo are here: the kernel's --xvfb option (headless graphics, see
+# docs/shared-servers.md) starts Xvfb, and tests/test_xvfb.py checks the display from a cell
+# with xdpyinfo.
 #
 # Debian's xvfb and x11-utils packages. Quick and silent when both are present. Elsewhere we only
 # explain what to do.

@@ -1,6 +1,6 @@
 """make mutants: deliberate breaks that the tests guarding each promise must catch.
 
-Each mutant below breaks one promise of the README on purpose: a list of edits (file, pattern,
+Each mutant below breaks one promise of the docs on purpose: a list of edits (file, pattern,
 replacement) applied to a temporary copy of the tree, and the tests that guard that promise.
 The runner first runs every guarding test on the unbroken copy (they must pass), then, for each
 mutant, applies it to a fresh copy and runs only its guarding tests: a failure is "killed", a
@@ -10,7 +10,7 @@ if a run errs.
 
 Patterns are regular expressions in which every run of spaces in the text matches any
 whitespace, so reformatting does not lose them; each must match exactly once. Add a mutant
-whenever a new promise is made.
+whenever a new promise is made, then run `make promise-map` (tests/README.md lists them all).
 
     python scripts/mutants.py                 # all mutants
     python scripts/mutants.py M3 M9           # some of them
@@ -47,7 +47,7 @@ class Edit:
 @dataclass(frozen=True)
 class Mutant:
     id: str
-    promise: str  # what the README promises, which this break violates
+    promise: str  # what the README or docs/ promise, which this break violates
     edits: tuple[Edit, ...]
     tests: tuple[str, ...]  # "tests/file.py::test_name" (a name prefix: parametrized ids too)
     env: dict[str, str] = field(default_factory=dict)

@@ -4,7 +4,7 @@ There is no package registry on the test machines, so each package is a stand-in
 module written in the test whose IJulia calls are copied as the named package version writes
 them (its source was read for this: the version and file are named beside each). The rest of
 the package is replaced by the least that makes the call meaningful (a list for matplotlib's
-figures, files for R's plots). The README's "Packages that know IJulia" says what works and
+figures, files for R's plots). docs/ijulia-packages.md says what works and
 what does not; this file holds the kernel to it, through the real supervisor and real Julia
 (one test through the installed kernel and jupyter_client, for what Jupyter receives).
 

@@ -75,7 +75,7 @@ _PAGE_LOAD_MS = 60_000
 # Kernel start = Python + ipykernel + a cold Julia: ~2 s here, much more on a loaded machine.
 _KERNEL_START_MS = 60_000
 _CELL_MS = 30_000
-# The kernel's interrupt escalation ends any cell within ~6 s (README, "Interrupts").
+# The kernel's interrupt escalation ends any cell within ~6 s (docs/interrupts.md).
 _INTERRUPT_MS = 20_000
 _UI_MS = 10_000
 

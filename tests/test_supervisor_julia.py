@@ -389,7 +389,7 @@ async def test_queries(julia: JuliaSupervisor) -> None:
 
 # ---- interrupts ----
 
-# The README's interrupt table, one cell per row, each with the path the README promises:
+# The interrupt table (docs/interrupts.md), one cell per row, each with the path it promises:
 # "frame" (the request over the socket, no signal) for cells that yield, "sigint" for cells
 # that compute with safepoints or block in C, "forced" for a loop without safepoints. Each cell
 # signals `{started}` once it runs the code to interrupt: inside a function, so that the code
@@ -402,7 +402,7 @@ INTERRUPT_CASES: dict[str, tuple[str, set[str]]] = {
     ),
     "sleep": ("{started}; sleep(1000)", {"frame"}),
     "wait on a Condition": ("{started}; wait(Condition())", {"frame"}),
-    # The README says no SIGINT while Julia is still sending, but the supervisor waits at most
+    # docs/interrupts.md: no SIGINT while Julia is still sending, but the supervisor waits at most
     # _INT_ACK_MAX (1 s) for the ACK: on a loaded machine the listener was not scheduled within
     # that (seen in make mutants' baseline), and one SIGINT stopped the loop, state kept.
     "printing loop": (
@@ -464,7 +464,7 @@ async def warm_julia() -> AsyncIterator[JuliaSupervisor]:
 async def test_interrupt_keeps_state(
     warm_julia: JuliaSupervisor, start_signal: StartSignal, case: str
 ) -> None:
-    """The running cell ends as interrupted, by the path the README promises for it, with no
+    """The running cell ends as interrupted, by the path docs/interrupts.md promises for it, with no
     notice, and every variable defined before survives in the same Julia."""
     julia = warm_julia
     code, paths = INTERRUPT_CASES[case]
@@ -487,9 +487,10 @@ async def test_sigint_alone_stops_each_case(
     warm_julia: JuliaSupervisor, start_signal: StartSignal, case: str
 ) -> None:
     """A SIGINT to Julia's process group with no request over the socket (what Ctrl-C in a
-    terminal does) stops every README case with state kept: the server's long-lived tasks
-    forward an interrupt that lands in them, and one that lands in a finished task reaches
-    the interrupt sink. A loop without safepoints needs the burst that forces the throw."""
+    terminal does) stops every case of docs/interrupts.md with state kept: the server's
+    long-lived tasks forward an interrupt that lands in them, and one that lands in a finished
+    task reaches the interrupt sink. A loop without safepoints needs the burst that forces the
+    throw."""
     julia = warm_julia
     code = SPIN if case == "loop without safepoints" else INTERRUPT_CASES[case][0]
     assert (await run(julia, "keep = 42")).status == "ok"
@@ -587,7 +588,7 @@ async def test_interrupt_while_julia_compiles_keeps_the_session(
     an interrupt while Pkg's code is still being compiled ends the cell with the session kept:
     no forced throw into the compiler, no restart. Should the moment fall after compiling (a
     fast machine), Pkg is stalled in libgit2's C code, where only a forced throw can end it (the
-    README's interrupt table): then the session must still be kept."""
+    interrupt table in docs/interrupts.md): then the session must still be kept."""
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(16)

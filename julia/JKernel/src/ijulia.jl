@@ -7,8 +7,8 @@ IJulia's API as notebooks and packages call it without `using IJulia`: they test
 `isdefined(Main, :IJulia) && Main.IJulia.inited` and then call `IJulia.name` (course notebooks
 call `IJulia.clear_output(true)` in loops, ProgressMeter `IJulia.reset_stdio_count()`, PyPlot
 and RCall push hooks). Written from IJulia 1.34's src/ (JuliaLang/IJulia.jl: IJulia.jl,
-display.jl, inline.jl, init.jl, stdio.jl) and 1.29's for the names it had then; the README's
-"Packages that know IJulia" says what works and what does not.
+display.jl, inline.jl, init.jl, stdio.jl) and 1.29's for the names it had then;
+docs/ijulia-packages.md says what works and what does not.
 
 This is not the IJulia package: it is not in `Base.loaded_modules`, under IJulia's UUID or any
 other, so code that looks the real package up (Bonito, Plots' extension, Requires blocks) does
