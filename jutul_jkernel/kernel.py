@@ -156,6 +156,9 @@ class JuliaKernel(Kernel):
         try:
             await self.supervisor.start()
         except JuliaStartupError as exc:
+            if self.supervisor.shut_down:  # a shutdown or restart came first: nothing failed
+                self.log.debug("Julia's start ended by the shutdown: %s", exc)
+                return
             # Reported to the user by the first cell, which tries again.
             self.log.error("Julia did not start: %s", exc)
 

@@ -472,6 +472,11 @@ class JuliaSupervisor:
         await self.shutdown()
 
     @property
+    def shut_down(self) -> bool:
+        """Whether shutdown() was called (start() then fails)."""
+        return self._closed
+
+    @property
     def alive(self) -> bool:
         """Whether a Julia process is running and connected."""
         j = self._julia

@@ -37,17 +37,23 @@ COMPILE_BOUND = 300.0
 SOURCE_LINE = "loading JKernel from source: "
 
 
-def precompile(server: Path, depot: Path) -> None:
-    """Compile the package beside ``server`` into ``depot``, as the installer does."""
+def precompile(server: Path, depot: Path | None, *flags: str, **env: str) -> str:
+    """Compile the package beside ``server`` into ``depot`` (None: the default depot, as
+    ``env`` places it), as the installer does, with ``flags`` after ``--precompile``; return
+    what it printed. It must succeed."""
+    base = {k: v for k, v in os.environ.items() if k != "JUTUL_JKERNEL_DEPOT"}
+    if depot is not None:
+        base["JUTUL_JKERNEL_DEPOT"] = str(depot)
     done = subprocess.run(
-        ["julia", "--startup-file=no", str(server), "--precompile"],
-        env={**os.environ, "JUTUL_JKERNEL_DEPOT": str(depot)},
+        ["julia", "--startup-file=no", str(server), "--precompile", *flags],
+        env={**base, **env},
         capture_output=True,
         text=True,
         timeout=COMPILE_BOUND,
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
 
 
 @pytest.fixture
@@ -359,17 +365,9 @@ def test_a_compile_for_the_next_start_gives_way_to_one_under_way(
     (`--precompile --no-wait`); the one that finds the lock held compiles nothing."""
     depot = tmp_path / "depot"
     hold_lock(depot)
-    done = subprocess.run(
-        ["julia", "--startup-file=no", str(copy), "--precompile", "--no-wait"],
-        env={**os.environ, "JUTUL_JKERNEL_DEPOT": str(depot)},
-        capture_output=True,
-        text=True,
-        timeout=COMPILE_BOUND,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "is already under way" in done.stdout, done.stdout
-    assert COMPILING_LINE not in done.stdout
+    printed = precompile(copy, depot, "--no-wait")
+    assert "is already under way" in printed, printed
+    assert COMPILING_LINE not in printed
     assert not jkernel_caches(depot)
 
 
@@ -391,16 +389,8 @@ def test_a_lock_whose_holder_died_is_taken_over_at_once(copy: Path, tmp_path: Pa
         lock = depot / "compile.lock"
         depot.mkdir()
         lock.write_text(f"{holder.pid} {socket.gethostname()}")
-        done = subprocess.run(
-            ["julia", "--startup-file=no", str(copy), "--precompile", "--no-wait"],
-            env={**os.environ, "JUTUL_JKERNEL_DEPOT": str(depot)},
-            capture_output=True,
-            text=True,
-            timeout=COMPILE_BOUND,
-            check=False,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert COMPILED_LINE in done.stdout, done.stdout
+        printed = precompile(copy, depot, "--no-wait")
+        assert COMPILED_LINE in printed, printed
         assert not lock.exists()
     finally:
         holder.wait(timeout=CELL_BOUND)
@@ -496,26 +486,13 @@ def test_a_compile_removes_the_depots_of_installs_that_are_gone(
     os.utime(kept["julia-a5"] / "package-dir", (time.time() - DAY, time.time() - DAY))
     outside = make_depot(tmp_path / "elsewhere", "julia-a6", gone, 40)
     (root / "julia-a6").symlink_to(outside, target_is_directory=True)
-    env = {k: v for k, v in os.environ.items() if k != "JUTUL_JKERNEL_DEPOT"}
-    env["XDG_CACHE_HOME"] = str(cache_home)
+    xdg = str(cache_home)
 
-    def compile_with(**extra: str) -> str:
-        done = subprocess.run(
-            ["julia", "--startup-file=no", str(copy), "--precompile"],
-            env={**env, **extra},
-            capture_output=True,
-            text=True,
-            timeout=COMPILE_BOUND,
-            check=False,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout
-
-    custom = compile_with(JUTUL_JKERNEL_DEPOT=str(root / "julia-c0"))
+    custom = precompile(copy, root / "julia-c0", XDG_CACHE_HOME=xdg)
     assert "removed" not in custom, custom
     assert all(d.is_dir() for d in [*removed.values(), *kept.values()])
 
-    out = compile_with()
+    out = precompile(copy, None, XDG_CACHE_HOME=xdg)
     own = [d for d in root.iterdir() if d.name not in {*kept, "julia-a6", "julia-c0"}]
     assert len(own) == 1 and own[0].name.startswith("julia-"), own
     assert (own[0] / "package-dir").read_text() == str(copy.parent / "JKernel")

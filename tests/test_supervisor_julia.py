@@ -664,12 +664,13 @@ async def test_one_interrupt_is_delivered_once_to_code_that_catches_it(
 # Computes for ~20 ms between yields, so that the INT frame and the SIGINT race (the listener
 # reads the frame at a yield just as the supervisor's 20 ms of silence run out, or the SIGINT
 # lands first and the frame is read after); the code catches what it gets, then counts any
-# further delivery for a while.
+# further delivery for ~0.1 s: a stale frame is read at the first yield. Short, since a cell
+# still running _UNWIND_WAIT (1 s) after a frame's interrupt is rightly asked again.
 RACING_CATCHER = (
     "function racing_catcher(); caught = 0; "
     "try; {started}; while true; t = time(); while time() - t < 0.02; global junk = rand(10); "
     "end; sleep(0.0001); end; catch; caught += 1; end; "
-    "for i in 1:30; try; sleep(0.01); catch; caught += 1; end; end; caught; end; "
+    "for i in 1:10; try; sleep(0.01); catch; caught += 1; end; end; caught; end; "
     "racing_catcher()"
 )
 RACE_TRIALS = 8
@@ -733,9 +734,12 @@ async def test_code_that_caught_a_signal_and_goes_on_is_asked_again_not_restarte
     assert out.text().count("caught InterruptException()") == 1, out.text()
     assert result.status == "interrupted", result
     assert result.state_kept and julia.pid == pid, result
-    # Nothing forced: the listener's ACK said the first request was taken, and the second
-    # went as an INT frame to a cell that yields.
-    assert (result.interrupt_path, result.notice) == ("frame", None), result
+    # Nothing forced: the listener's ACK said the first request was taken. The second goes as
+    # an INT frame to a cell that yields every 10 ms, or, where the listener is not scheduled
+    # within the 20 ms of silence (a loaded machine, a GC pause), as a SIGINT: either delivers
+    # it once. (Asserting "frame" alone made the test depend on that 20 ms.)
+    assert result.interrupt_path in ("frame", "sigint"), result
+    assert result.notice is None, result
     assert (await run(julia, "keep")).text == "8"
 
 
