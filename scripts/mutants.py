@@ -478,7 +478,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "pass  # mutant M39",
             ),
         ),
-        (f"{EL}::test_shutdown_before_start_leaves_no_julia",),
+        (f"{EL}::test_an_end_before_start_leaves_no_julia_and_no_socket[shutdown]",),
     ),
     Mutant(
         "M40",

@@ -82,3 +82,24 @@ def test_a_new_mutant_goes_by_its_test_file_or_is_shown_unplaced() -> None:
     assert "| M9001 |" in prompts
     unplaced = text.split("## Not yet placed")[1]
     assert "| M9002 |" in unplaced and "| M9001 |" not in unplaced
+
+
+def test_every_guarding_test_exists() -> None:
+    """A mutant whose guarding test was renamed guards nothing: make mutants can only report
+    it as "survived (no guarding test)" after a full run (M39 did, after a rename)."""
+    defined: dict[str, set[str]] = {}
+    missing = []
+    for m in mutants.MUTANTS:
+        for test in m.tests:
+            path, _, name = test.partition("::")
+            if path not in defined:
+                source = (ROOT / path).read_text()
+                defined[path] = {
+                    line.split("def ", 1)[1].split("(", 1)[0]
+                    for line in source.splitlines()
+                    if line.startswith(("def test", "async def test"))
+                }
+            function = name.split("[", 1)[0]
+            if not any(d.startswith(function) for d in defined[path]):
+                missing.append(f"{m.id}: {test}")
+    assert not missing, "guarding tests that do not exist:\n" + "\n".join(missing)
