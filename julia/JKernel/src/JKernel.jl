@@ -11,13 +11,13 @@ What a notebook cell can call (as `JKernel.name`; `In`, `Out` and `IJulia` are i
 `input(prompt; password)`, and IJulia's notebook API through `IJulia` (see `ijulia.jl`).
 
 The files, in load order: `state.jl` (limits and all server state), `compat.jl` (what differs
-by Julia version, each branch citing the upstream source it follows), `helpers.jl`, `wire.jl`
-(frames), `capture.jl` (fd 1 and 2, drain markers, write buffering), `display.jl`, `progress.jl`,
-`stdin.jl`, `repl.jl` (cell semantics and REPL modes), `ijulia.jl` (the IJulia shim),
-`eval.jl` (evaluation, interrupts, warm-up), `queries.jl` (complete, inspect, is_complete),
-`startup_file.jl`, `distributed.jl` (workers on other hosts), `lifeline.jl` (local and SSH
-workers end with this process), `main.jl` (start-up), and
-`precompile.jl` (the signatures compiled into the package cache).
+by Julia version, each branch citing the upstream source it follows), `helpers.jl`, `json.jl`
+(the JSON writer), `wire.jl` (frames), `capture.jl` (fd 1 and 2, drain markers, write
+buffering), `display.jl`, `progress.jl`, `stdin.jl`, `repl.jl` (cell semantics and REPL
+modes), `ijulia.jl` (the IJulia shim), `eval.jl` (evaluation, interrupts, warm-up),
+`queries.jl` (complete, inspect, is_complete), `startup_file.jl`, `distributed.jl` (workers on
+other hosts), `lifeline.jl` (local and SSH workers end with this process), `main.jl`
+(start-up), and `precompile.jl` (the signatures compiled into the package cache).
 """
 module JKernel
 
@@ -32,6 +32,7 @@ const SRC_DIR = @__DIR__
 include("state.jl")
 include("compat.jl")
 include("helpers.jl")
+include("json.jl")
 include("wire.jl")
 include("capture.jl")
 include("display.jl")

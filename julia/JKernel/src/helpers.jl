@@ -1,5 +1,5 @@
 # helpers.jl: logging to Julia's log, guarded long-lived tasks, interrupt forwarding,
-# JSON, and work handed to thread 1.
+# capping results, and work handed to thread 1.
 
 """Run `f()`, ignoring its errors but never an interrupt (it must reach forward_interrupt)."""
 function quietly(f)
@@ -80,51 +80,6 @@ function claim_interrupt(request::Int)
         return true
     end
 end
-
-function json(io::IO, x::AbstractDict)
-    print(io, '{')
-    first = true
-    for (k, v) in x
-        first || print(io, ',')
-        first = false
-        json(io, string(k))
-        print(io, ':')
-        json(io, v)
-    end
-    print(io, '}')
-end
-function json(io::IO, x::Union{AbstractVector,Tuple})
-    print(io, '[')
-    for (i, v) in enumerate(x)
-        i > 1 && print(io, ',')
-        json(io, v)
-    end
-    print(io, ']')
-end
-json(io::IO, x::Bool) = print(io, x ? "true" : "false")
-json(io::IO, x::Integer) = print(io, x)
-json(io::IO, x::AbstractFloat) = isfinite(x) ? print(io, Float64(x)) : print(io, "null")
-json(io::IO, ::Nothing) = print(io, "null")
-function json(io::IO, s::AbstractString)
-    print(io, '"')
-    for c in s
-        if !isvalid(c)
-            print(io, '\ufffd')
-        elseif c == '"'
-            print(io, "\\\"")
-        elseif c == '\\'
-            print(io, "\\\\")
-        elseif c == '\n'
-            print(io, "\\n")
-        elseif c < ' ' || c == '\x7f'
-            print(io, "\\u", string(UInt32(c); base = 16, pad = 4))
-        else
-            print(io, c)
-        end
-    end
-    print(io, '"')
-end
-json(x) = (io = IOBuffer(); json(io, x); take!(io))
 
 """Cut `s` to at most `cap` bytes on a character boundary, saying how much was cut."""
 function capped(s::String, cap::Int = RESULT_CAP)
