@@ -326,7 +326,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M21",
         "JKernel reads each kind with the arity protocol.py writes",
-        (Edit(JK_WIRE, '"QRY" => 3', '"QRY" => 4'),),
+        (Edit(JK_WIRE, "FrameKind.QRY => 3", "FrameKind.QRY => 4"),),
         (f"{SJ}::test_frame_kinds_match_the_server",),
     ),
     Mutant(
@@ -1200,8 +1200,10 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 JK_WIRE,
-                'claim_interrupt(request) && forward_interrupt() send_frame("ACK", string(id))',
-                'claim_interrupt(request) && (forward_interrupt(); send_frame("ACK", string(id)))',
+                "claim_interrupt(request) && forward_interrupt() "
+                "send_frame(FrameKind.ACK, string(id))",
+                "claim_interrupt(request) && (forward_interrupt(); "
+                "send_frame(FrameKind.ACK, string(id)))",
             ),
         ),
         (

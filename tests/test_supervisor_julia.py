@@ -1251,8 +1251,9 @@ async def test_malformed_frame_from_julia_is_a_protocol_error(julia: JuliaSuperv
 
 def test_frame_kinds_match_the_server() -> None:
     """The kinds the JKernel package's code sends and accepts (with their arity) are
-    protocol.py's, each in one direction only, and the header of its wire.jl documents exactly
-    those."""
+    protocol.py's, each in one direction only; wire.jl's FrameKind constants name exactly
+    those, every send names its kind through them, and the header of wire.jl documents
+    exactly those."""
     from jutul_jkernel import _resources
 
     src = _resources.julia_package_dir() / "src"
@@ -1260,12 +1261,21 @@ def test_frame_kinds_match_the_server() -> None:
     header = wire[: wire.index("\n\n")]  # the comment block the file opens with
     text = "\n".join(f.read_text() for f in sorted(src.glob("*.jl")))
     code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
-    sent = set(re.findall(r'send_frame\("([A-Z]+)"', code))
-    table = re.search(r"^const INCOMING = Dict\((.*)\)$", code, re.MULTILINE)
-    assert table is not None, "wire.jl has no INCOMING table"
-    accepted = {k: int(n) for k, n in re.findall(r'"([A-Z]+)" => (\d+)', table.group(1))}
-    handled = set(re.findall(r'kind == "([A-Z]+)"', code))
     kinds = {k.value: k for k in protocol.FrameKind}
+    module = re.search(r"^baremodule FrameKind$(.*?)^end$", code, re.MULTILINE | re.DOTALL)
+    assert module is not None, "wire.jl has no FrameKind constants"
+    constants = dict(re.findall(r'^const ([A-Z]+) = "([A-Z]+)"$', module.group(1), re.MULTILINE))
+    assert all(name == value for name, value in constants.items()), constants
+    assert set(constants) == set(kinds)
+    assert not re.search(r'send_frame\("', code), "a kind sent as a bare literal"
+    sent = set(re.findall(r"send_frame\(FrameKind\.([A-Z]+)", code))
+    # INCOMING's keys and handle_frame's comparisons, as FrameKind constants or literals
+    table = re.search(r"^const INCOMING = Dict\(([^)]*)\)$", code, re.MULTILINE)
+    assert table is not None, "wire.jl has no INCOMING table"
+    accepted = {
+        k: int(n) for k, n in re.findall(r'(?:FrameKind\.|")([A-Z]+)"? => (\d+)', table.group(1))
+    }
+    handled = set(re.findall(r'kind == (?:FrameKind\.|")([A-Z]+)', code))
     assert not sent & set(accepted), "a kind travels both ways"
     assert sent | set(accepted) == set(kinds)
     assert handled == set(accepted), "handle_frame and INCOMING disagree"

@@ -74,7 +74,7 @@ end
 function send_output(name::String, buf::Vector{UInt8}, from::Int, to::Int)
     while from <= to
         upto = min(to, from + OUT_CHUNK - 1)
-        send_frame("OUT", name, view(buf, from:upto))
+        send_frame(FrameKind.OUT, name, view(buf, from:upto))
         from = upto + 1
     end
 end

@@ -118,7 +118,7 @@ function send_display_here(msg::Dict{String,Any})
         payload = json(msg)
     end
     server_section() do
-        send_frame("DSP", string(id), payload; mark = drain_output())
+        send_frame(FrameKind.DSP, string(id), payload; mark = drain_output())
     end
 end
 
@@ -183,7 +183,7 @@ function clear_output_here(wait::Bool)
     id = CURRENT[] == 0 ? LAST_ID[] : CURRENT[]
     id == 0 && return
     server_section() do
-        send_frame("CLR", string(id, wait ? " 1" : " 0"); mark = drain_output())
+        send_frame(FrameKind.CLR, string(id, wait ? " 1" : " 0"); mark = drain_output())
     end
     nothing
 end

@@ -141,7 +141,7 @@ function run_cell(mod::Module, code::String, filename::String, cell::Int = 0)
         status = is_interrupt(e) ? "int" : "err"
         # The supervisor escalates until it hears that the interrupt arrived: tell it before
         # rendering the error, which can take a second while that code is still cold.
-        status == "int" && CURRENT[] != 0 && send_frame("ACK", string(CURRENT[]))
+        status == "int" && CURRENT[] != 0 && send_frame(FrameKind.ACK, string(CURRENT[]))
         status == "int" && CURRENT[] != 0 && Base.invokelatest(interrupt_remote_workers)
         if cell > 0
             quietly(() -> set_err!(e))
@@ -206,8 +206,9 @@ function evaluate(id::Int, code::String, name::String, named::Bool)
         diag("sending the result of ", id, " failed: ", sprint(showerror, e, catch_backtrace()))
         CURRENT[] = 0
         # Carrying the last marker again releases output the supervisor may hold behind it.
-        send_frame("RES", string(id, " err"), string("jutul-jkernel could not send this cell's ",
-                   "result: ", sprint(showerror, e)); mark = last_mark())
+        send_frame(FrameKind.RES, string(id, " err"),
+                   string("jutul-jkernel could not send this cell's result: ",
+                          sprint(showerror, e)); mark = last_mark())
     end
 end
 
@@ -217,7 +218,7 @@ function finish_evaluation(id::Int, status::String, text::String, rich, report)
         set_buffering!(false)
         if report !== nothing
             ename, evalue, full = report
-            send_frame("ERR", string(id), json(Dict("ename" => ename, "evalue" => capped(evalue),
+            send_frame(FrameKind.ERR, string(id), json(Dict("ename" => ename, "evalue" => capped(evalue),
                                                "traceback" => split(capped(full), '\n')));
                        mark = mark)
             mark = 0
@@ -225,13 +226,13 @@ function finish_evaluation(id::Int, status::String, text::String, rich, report)
         elseif rich !== nothing
             payload = json(Dict("data" => rich, "metadata" => Dict{String,Any}()))
             if length(payload) <= RICH_CAP
-                send_frame("VAL", string(id), payload; mark = mark)
+                send_frame(FrameKind.VAL, string(id), payload; mark = mark)
                 mark = 0
             end
         end
         CURRENT[] = 0
         PENDING_INTERRUPT[] = false
-        send_frame("RES", string(id, " ", status), capped(text); mark = mark)
+        send_frame(FrameKind.RES, string(id, " ", status), capped(text); mark = mark)
     end
 end
 

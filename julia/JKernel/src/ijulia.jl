@@ -214,6 +214,6 @@ send_payload(item::Dict{String,Any}) = on_thread_one(() -> send_payload_here(ite
 function send_payload_here(item::Dict{String,Any})
     id = CURRENT[]
     id == 0 && error("this works only while a cell runs")
-    send_frame("PAY", string(id), json(item))
+    send_frame(FrameKind.PAY, string(id), json(item))
     nothing
 end

@@ -87,8 +87,8 @@ function serve(args)
     # and a SIGINT forced into the compiler leaves Julia unusable. ~10 ms here.
     precompile(handle_frame, (String, Int, Vector{SubString{String}}, Vector{UInt8}))
     precompile(forward_interrupt, ())
-    send_frame("RDY", token)
-    send_frame("INF", "", json(Dict("julia_version" => string(VERSION), "pid" => getpid(),
+    send_frame(FrameKind.RDY, token)
+    send_frame(FrameKind.INF, "", json(Dict("julia_version" => string(VERSION), "pid" => getpid(),
                                     "julia_path" => running_julia_path(),
                                     "threads" => Threads.nthreads(),
                                     "loaded_from" => LOADED_FROM[])))

@@ -30,7 +30,7 @@ function input_here(asker::String, prompt::AbstractString, password::Bool)
     server_section() do
         mark = drain_output()
         INPUT_WAIT[] = ch
-        send_frame("INP", string(id, password ? " 1" : " 0"), String(prompt); mark = mark)
+        send_frame(FrameKind.INP, string(id, password ? " 1" : " 0"), String(prompt); mark = mark)
     end
     reply = try
         take!(ch)

@@ -45,6 +45,36 @@
 #   SYN <seq> 0                    answered with ACK <seq>
 
 """
+The frame kinds, one constant each, named as on the wire and as protocol.py's `FrameKind`
+members (`FrameKind.RES` on both sides); the table above says what each carries. Code names a
+kind only through these.
+"""
+baremodule FrameKind
+# Julia -> Python
+const RDY = "RDY"
+const INF = "INF"
+const OUT = "OUT"
+const MRK = "MRK"
+const DSP = "DSP"
+const CLR = "CLR"
+const VAL = "VAL"
+const ERR = "ERR"
+const RES = "RES"
+const INP = "INP"
+const ANS = "ANS"
+const PAY = "PAY"
+const ACK = "ACK"
+# Python -> Julia
+const EXE = "EXE"
+const EXN = "EXN"
+const INT = "INT"
+const TXT = "TXT"
+const NIN = "NIN"
+const QRY = "QRY"
+const SYN = "SYN"
+end
+
+"""
     send_frame(kind, args, payload; mark = 0)
 
 Write one frame; `args` is the header's arguments as one string ("" for none). Strings keep this
@@ -61,7 +91,7 @@ function send_frame(kind::String, args::String, payload::AbstractVector{UInt8} =
     buf = take!(io)
     if mark > 0
         # One frame inside MRK, so that no other task's frame can come between the two.
-        buf = vcat(codeunits(string("MRK ", mark, " ", length(buf), "\n")), buf)
+        buf = vcat(codeunits(string(FrameKind.MRK, " ", mark, " ", length(buf), "\n")), buf)
     end
     # One write call submits the whole frame to libuv, so frames from different tasks never
     # interleave; SIGINT is deferred so it cannot abandon a half-submitted write.
@@ -85,11 +115,14 @@ send_frame(kind::String, args::String, payload::String; mark::Int = 0) =
     send_frame(kind, args, codeunits(payload); mark = mark)
 
 """A marker with no frame to carry (see drain_output): the supervisor still counts it."""
-send_mark(mark::Int) = mark > 0 && send_frame("MRK", string(mark))
+send_mark(mark::Int) = mark > 0 && send_frame(FrameKind.MRK, string(mark))
 
 protocol_failure(msg) = (diag("protocol error: ", msg, "; closing the connection"); exit(86))
 
-const INCOMING = Dict("EXE" => 1, "EXN" => 2, "INT" => 2, "TXT" => 1, "NIN" => 1, "QRY" => 3, "SYN" => 1)
+# The kinds Julia accepts, each with the number of header arguments between KIND and NBYTES.
+const INCOMING = Dict(FrameKind.EXE => 1, FrameKind.EXN => 2, FrameKind.INT => 2,
+                      FrameKind.TXT => 1, FrameKind.NIN => 1, FrameKind.QRY => 3,
+                      FrameKind.SYN => 1)
 
 # Numbers on the wire are plain decimal, as protocol.py writes and checks them: tryparse alone
 # would also take "0x10", "+1", "01" and trailing whitespace.
@@ -139,7 +172,7 @@ function query_loop()
                 e isa InterruptException && rethrow()
                 Dict("error" => sprint(showerror, e))
             end
-            send_frame("ANS", string(id), json(answer))
+            send_frame(FrameKind.ANS, string(id), json(answer))
         end
     end
 end
@@ -163,17 +196,17 @@ function listen_loop()
 end
 
 function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
-    if kind == "EXE"
+    if kind == FrameKind.EXE
         put!(QUEUE, (id, String(payload), "In[$id]", false))
-    elseif kind == "EXN"
+    elseif kind == FrameKind.EXN
         put!(QUEUE, (id, String(payload), String(args[1]), true))
-    elseif kind == "INT"
+    elseif kind == FrameKind.INT
         request = wire_number(args[1])
         (request === nothing || request < 1) && protocol_failure("bad request in INT $id")
         if id == CURRENT[]
             # The SIGINT that claimed the request delivers it; either way it reached the cell.
             claim_interrupt(request) && forward_interrupt()
-            send_frame("ACK", string(id))
+            send_frame(FrameKind.ACK, string(id))
         elseif id > LAST_ID[]
             # Sent but not started (the first cell compiles the server for a second): it
             # starts interrupted, with no signal needed. A SIGINT that claimed the request
@@ -182,20 +215,20 @@ function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
             # spares the supervisor that SIGINT.
             claim_interrupt(request)
             INTERRUPTED_BEFORE_START[] = id
-            send_frame("ACK", string(id))
+            send_frame(FrameKind.ACK, string(id))
         end
-    elseif kind == "TXT" || kind == "NIN"
+    elseif kind == FrameKind.TXT || kind == FrameKind.NIN
         ch = INPUT_WAIT[]
         if ch !== nothing && id == CURRENT[] && !isready(ch)   # public API, not ch.data (audit row 4)
-            put!(ch, kind == "TXT" ? String(payload) : ErrorException(String(payload)))
+            put!(ch, kind == FrameKind.TXT ? String(payload) : ErrorException(String(payload)))
         end
-    elseif kind == "QRY"
+    elseif kind == FrameKind.QRY
         op = String(args[1])
         op in QUERY_OPS || protocol_failure("unknown query $(repr(op)) in QRY $id")
         cursor = wire_number(args[2])
         cursor === nothing && protocol_failure("bad cursor in QRY $id")
         put!(QUERIES, (id, op, String(payload), cursor))
-    elseif kind == "SYN"
-        send_frame("ACK", string(id))
+    elseif kind == FrameKind.SYN
+        send_frame(FrameKind.ACK, string(id))
     end
 end
