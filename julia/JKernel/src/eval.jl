@@ -70,6 +70,35 @@ function user_backtrace(bt, interrupted::Bool = false)
     return frames
 end
 
+"""
+    ErrorReport
+
+What an error or interrupt in a cell shows: the ERR frame's JSON and, as `traceback`, the text
+of its RES. Each text has its own fallback (error_report): showing an error runs user code.
+"""
+struct ErrorReport
+    ename::String       # the exception's type name ("Error" if even that fails)
+    evalue::String      # showerror, uncoloured: frontends show it as plain text
+    traceback::String   # showerror and the user's frames, coloured as the REPL shows them
+end
+
+"""
+    CellOutcome
+
+What a cell came to, as run_cell renders it and finish_evaluation sends it.
+"""
+struct CellOutcome
+    status::String                          # "ok", "err" or "int": the RES frame's status
+    text::String                            # ok: the value's text/plain ("" for none or `;`)
+    rich::Union{Nothing,Dict{String,Any}}   # ok: its MIME bundle when richer (the VAL frame)
+    report::Union{Nothing,ErrorReport}      # err and int: the ERR frame, and the RES text
+end
+
+"""
+    error_report(e, bt) -> ErrorReport
+
+The report of exception `e` thrown with backtrace `bt`.
+"""
 function error_report(e, bt)
     # The fallback chain stops at interrupts: the caller reports those as such.
     ename = try
@@ -100,11 +129,11 @@ function error_report(e, bt)
         is_interrupt(err) && rethrow()
         string(ename, ": ", evalue)
     end
-    return ename, evalue, full
+    return ErrorReport(ename, evalue, full)
 end
 
 """
-    run_cell(mod, code, filename, cell=0) -> (status, text, rich, report)
+    run_cell(mod, code, filename, cell=0) -> CellOutcome
 
 Evaluate `code` in `mod` the way the REPL does and render the outcome: status "ok" with the
 value's text/plain (and its MIME bundle when richer), or "err" / "int" with an error report.
@@ -164,15 +193,16 @@ function run_cell(mod::Module, code::String, filename::String, cell::Int = 0)
             r
         catch e2
             IN_USER[] = false
-            is_interrupt(e2) ? ("InterruptException", "", "InterruptException:") :
-                ("Error", "", "error while showing an error")
+            is_interrupt(e2) ? ErrorReport("InterruptException", "", "InterruptException:") :
+                ErrorReport("Error", "", "error while showing an error")
         end
     end
-    return status, text, rich, report
+    return CellOutcome(status, text, rich, report)
 end
 
-const INTERRUPTED = ("int", "", nothing,
-                     ("InterruptException", "InterruptException:", "InterruptException:"))
+"""The outcome of a cell that an interrupt ended before it ran, or outside run_cell."""
+const INTERRUPTED = CellOutcome("int", "", nothing,
+    ErrorReport("InterruptException", "InterruptException:", "InterruptException:"))
 
 function evaluate(id::Int, code::String, name::String, named::Bool)
     CURRENT[] = id
@@ -183,7 +213,7 @@ function evaluate(id::Int, code::String, name::String, named::Bool)
     # hook, arrives while run_cell handles the first. Escaping evaluate it would end the
     # evaluation without a result, and the supervisor would wait for one until it restarted
     # Julia (seen 1 in 48 under load). So every interrupt before the result ends in one.
-    status, text, rich, report = try
+    outcome = try
         cell = named ? cell_number(name, id) : 0
         cell > 0 && (In[cell] = code; IJulia.record_cell!(cell))
         INTERRUPTED_BEFORE_START[] == id ? INTERRUPTED :
@@ -199,7 +229,7 @@ function evaluate(id::Int, code::String, name::String, named::Bool)
         is_interrupt(e) || rethrow()   # the cell is over: a late interrupt has nothing to stop
     end
     try
-        finish_evaluation(id, status, text, rich, report)
+        finish_evaluation(id, outcome)
     catch e
         # A bug of ours must not leave the supervisor waiting for a result that never comes.
         e isa InterruptException && rethrow()
@@ -212,17 +242,24 @@ function evaluate(id::Int, code::String, name::String, named::Bool)
     end
 end
 
-function finish_evaluation(id::Int, status::String, text::String, rich, report)
+"""
+    finish_evaluation(id, outcome)
+
+Send the result of evaluation `id`, after its output: ERR and then RES for an error or
+interrupt, VAL (when the bundle fits) and then RES for a value.
+"""
+function finish_evaluation(id::Int, outcome::CellOutcome)
     disable_sigint() do
         mark = drain_output()   # the first frame below carries it: the output comes before
         set_buffering!(false)
+        text, report, rich = outcome.text, outcome.report, outcome.rich
         if report !== nothing
-            ename, evalue, full = report
-            send_frame(FrameKind.ERR, string(id), json(Dict("ename" => ename, "evalue" => capped(evalue),
-                                               "traceback" => split(capped(full), '\n')));
+            send_frame(FrameKind.ERR, string(id),
+                       json(Dict("ename" => report.ename, "evalue" => capped(report.evalue),
+                                 "traceback" => split(capped(report.traceback), '\n')));
                        mark = mark)
             mark = 0
-            text = full
+            text = report.traceback
         elseif rich !== nothing
             payload = json(Dict("data" => rich, "metadata" => Dict{String,Any}()))
             if length(payload) <= RICH_CAP
@@ -232,7 +269,7 @@ function finish_evaluation(id::Int, status::String, text::String, rich, report)
         end
         CURRENT[] = 0
         PENDING_INTERRUPT[] = false
-        send_frame(FrameKind.RES, string(id, " ", status), capped(text); mark = mark)
+        send_frame(FrameKind.RES, string(id, " ", outcome.status), capped(text); mark = mark)
     end
 end
 
@@ -252,10 +289,12 @@ by more than one step.
 function warm_up_steps()
     scratch = Module(:JKernelWarmUp)
     cell(code) = () -> begin
-        status, text, rich, report = run_cell(scratch, code, "warm-up")
-        report === nothing || json(Dict("ename" => report[1], "traceback" => split(report[3], '\n')))
-        rich === nothing || json(Dict("data" => rich))
-        capped(text)
+        outcome = run_cell(scratch, code, "warm-up")
+        report = outcome.report
+        report === nothing ||
+            json(Dict("ename" => report.ename, "traceback" => split(report.traceback, '\n')))
+        outcome.rich === nothing || json(Dict("data" => outcome.rich))
+        capped(outcome.text)
     end
     return Any[
         # jupyter console gives is_complete 1 s, and asks it as soon as the user presses Enter

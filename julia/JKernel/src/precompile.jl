@@ -77,10 +77,7 @@ function precompile_workload()
         precompile(mime_bundle, (T,))
         precompile(plain_text, (T,))
     end
-    for R in (Nothing, Tuple{String,String,String})
-        precompile(finish_evaluation, (Int, String, String, Nothing, R))
-        precompile(finish_evaluation, (Int, String, String, Dict{String,Any}, R))
-    end
+    precompile(finish_evaluation, (Int, CellOutcome))
     for E in (ErrorException, UndefVarError, MethodError, BoundsError, InterruptException,
               ArgumentError, DomainError, LoadError)
         precompile(error_report, (E, BT))
@@ -111,10 +108,12 @@ function precompile_workload()
     for code in ("1 + 1", "nothing", "error(\"e\")", "[1, 2]", "[1.0, 2.0]", "\"s\"",
                  "undefined_name_", "1 + \"a\"", "[1][2]", "[1.0 2.0; 3.0 4.0]",
                  "Dict(\"a\" => 1)", "1;")
-        status, text, rich, report = run_cell(@__MODULE__, code, "precompile")
-        report === nothing || json(Dict("ename" => report[1], "traceback" => split(report[3], '\n')))
-        rich === nothing || json(Dict("data" => rich))
-        capped(text)
+        outcome = run_cell(@__MODULE__, code, "precompile")
+        report = outcome.report
+        report === nothing ||
+            json(Dict("ename" => report.ename, "traceback" => split(report.traceback, '\n')))
+        outcome.rich === nothing || json(Dict("data" => outcome.rich))
+        capped(outcome.text)
     end
     for (op, code, cursor) in (("is_complete", "function f(x)", 0), ("is_complete", "1 + 1", 0),
                                ("complete", "prin", 4), ("inspect", "sum", 3))
