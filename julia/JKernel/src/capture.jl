@@ -141,7 +141,7 @@ function flusher_loop()
             time() > DRAIN_DEADLINE[] && notify(DRAINED)
             if CURRENT[] == 0
                 if !running && WARMING[] && gen == IDLE_GENERATION[] && !isready(QUEUE)
-                    put!(QUEUE, (-gen, "", "", false))   # idle for a whole interval
+                    put!(QUEUE, WarmUpTick(gen))   # idle for a whole interval
                 end
                 continue
             end

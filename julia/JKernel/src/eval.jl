@@ -320,11 +320,12 @@ function eval_loop()
     steps = warm_up_steps()
     guarded("eval") do
         while true
-            id, code, name, named = take!(QUEUE)
-            if id > 0
+            request = take!(QUEUE)
+            if request isa Evaluation
                 IDLE_GENERATION[] += 1
-                evaluate(id, code, name, named)
-            elseif -id == IDLE_GENERATION[] && !isready(QUEUE) && !isempty(steps)
+                evaluate(request.id, request.code, request.name, request.named)
+            # A WarmUpTick: one step, if no request came since the idle interval began or waits
+            elseif request.generation == IDLE_GENERATION[] && !isready(QUEUE) && !isempty(steps)
                 quietly(popfirst!(steps))
                 WARMING[] = !isempty(steps)
             end

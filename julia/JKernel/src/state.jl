@@ -33,7 +33,28 @@ const IN_USER = Ref(false)             # the evaluating task is inside user code
 const PENDING_INTERRUPT = Ref(false)   # an interrupt arrived while the server held the task
 const INTERRUPTED_BEFORE_START = Ref(0) # id of a queued evaluation interrupted before it ran
 const CLAIMS_DIR = Ref("")             # where INT frames and SIGINTs race for requests ("": none)
-const QUEUE = Channel{Tuple{Int,String,String,Bool}}(Inf)   # id, code, name, a named cell
+
+"""An EXE or EXN request: code for the evaluation loop, queued in arrival order."""
+struct Evaluation
+    id::Int          # the evaluation's id, which every frame about it carries
+    code::String
+    name::String     # what backtraces call the code: In[<id>], or EXN's <name>
+    named::Bool      # an EXN: the name gives a notebook cell's number (In, Out, hooks)
+end
+
+"""
+    WarmUpTick(generation)
+
+The flusher's word that Julia has been idle for a whole `IDLE_BEFORE_WARM_UP`: the evaluation
+loop may run one warm-up step. It travels in QUEUE, the one thing the loop waits on, so it can
+never overtake a request queued before it; the loop drops it when a request is waiting behind
+it, or when an evaluation was taken since the idle interval began (`generation`).
+"""
+struct WarmUpTick
+    generation::Int  # IDLE_GENERATION when the idle interval began
+end
+
+const QUEUE = Channel{Union{Evaluation,WarmUpTick}}(Inf)   # what the evaluation loop takes
 const INPUT_WAIT = Ref{Union{Nothing,Channel{Any}}}(nothing)
 const PIPES = Dict{String,Any}()       # "stdout"/"stderr" => write end of our pipe
 const STDERR_PIPE = Ref{Any}(nothing)  # PIPES["stderr"], read on every write (capture.jl)

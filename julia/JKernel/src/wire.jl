@@ -197,9 +197,9 @@ end
 
 function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
     if kind == FrameKind.EXE
-        put!(QUEUE, (id, String(payload), "In[$id]", false))
+        put!(QUEUE, Evaluation(id, String(payload), "In[$id]", false))
     elseif kind == FrameKind.EXN
-        put!(QUEUE, (id, String(payload), String(args[1]), true))
+        put!(QUEUE, Evaluation(id, String(payload), String(args[1]), true))
     elseif kind == FrameKind.INT
         request = wire_number(args[1])
         (request === nothing || request < 1) && protocol_failure("bad request in INT $id")
