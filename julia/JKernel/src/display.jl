@@ -2,8 +2,6 @@
 
 struct KernelDisplay <: AbstractDisplay end
 
-const DISPLAY_COUNTER = Ref(0)
-
 """MIME bundle of `x`: text/plain always, plus every rich type `x` can show, plus those
 registered through `IJulia.register_mime` and `register_jsonmime`."""
 function mime_bundle(x)

@@ -21,8 +21,6 @@ const WORKER_INTERRUPT_WAIT = 10.0
 # (supervisor.py _EXIT_AFTER_EOF_WAIT). Idle workers are gone in ~0.4 s; busy ones exit once
 # the interrupt sent before it reaches them, or when they next look at their master's socket.
 const WORKER_RELEASE_WAIT = 0.4
-const RELEASING = Ref(false)
-const INTERRUPTED_AT_EXIT = Set{Int}()
 
 """The Distributed module if it is loaded, else `nothing` (Julia 1.5's sysimage holds it from
 the start; newer Julia loads it when a cell says `using Distributed`)."""
@@ -167,8 +165,6 @@ spawn_detached(cmd::Cmd) =
     run(pipeline(detach(cmd); stdin = devnull, stdout = devnull, stderr = devnull); wait = false)
 
 finished(x) = x isa Task ? istaskdone(x) : x isa Base.Process ? !process_running(x) : true
-
-const WORKER_HANDLING_COMPILED = Ref(false)
 
 """
     compile_worker_handling()

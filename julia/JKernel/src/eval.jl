@@ -8,13 +8,6 @@
 # with SIGINT deferred so an interrupt cannot tear a frame. The server starts no short-lived
 # tasks: on Julia 1.5 a SIGINT landing in a finished task while others are queued is fatal.
 
-mutable struct Backend
-    backend_task::Task
-    in_eval::Bool
-    ast_transforms::Vector{Any}   # honoured like the REPL's (Revise pushes to it)
-end
-const BACKEND = Ref{Backend}()
-
 """
     install_interrupt_sink!()
 
@@ -274,8 +267,6 @@ function finish_evaluation(id::Int, outcome::CellOutcome)
 end
 
 const IDLE_BEFORE_WARM_UP = 0.2   # seconds without requests before a warm-up step runs
-const IDLE_GENERATION = Ref(0)
-const WARMING = Ref(true)            # warm-up steps remain
 
 """
     warm_up_steps() -> Vector{Any}

@@ -107,8 +107,6 @@ function on_thread_one(f)
     return result
 end
 
-const THREAD_ONE_WORK = Channel{Tuple{Any,Channel{Any}}}(Inf)
-
 function thread_one_loop()
     guarded("thread one") do
         while true

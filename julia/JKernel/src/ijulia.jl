@@ -27,6 +27,8 @@ const inited = true
 const In = JKernel.In
 const Out = JKernel.Out
 
+# IJulia's globals, for notebooks and packages to read (and reset): not server state, which is
+# in JKernel's state.jl; the server only writes them.
 """The execution count of the last notebook cell (IJulia's `n`)."""
 n = 0
 """The value of the last notebook cell, as `Main.ans` (IJulia's `ans`)."""

@@ -54,21 +54,15 @@ const LIFELINE_SCRIPT = string(
     raw"for x in $p; do kill -0 $x 2>/dev/null && a=\"$a $x\"; done; p=$a; ",
     raw"[ -z \"$p\" ] && exit 0; sleep 1; i=$((i+1)); done; kill -9 $p 2>/dev/null")
 
-mutable struct Lifeline
-    proc::Base.Process     # the detached ssh or sh; only this process holds its stdin's write end
-    host::String           # for messages
-    ospids::Set{Int}       # the workers the loop will end
-end
-# (host, string(sshflags)) => line; this machine's line is under LOCAL_KEY
-const LIFELINES = Dict{Tuple{String,String},Lifeline}()
-# No ssh host is named "": SSHManager's `("host", n)` / "user@host:port" forms all name one.
+# LIFELINES (state.jl) holds a Lifeline per place: an ssh host's under (host, string(sshflags)),
+# this machine's under LOCAL_KEY. No ssh host is named "": SSHManager's `("host", n)` /
+# "user@host:port" forms all name one.
 const LOCAL_KEY = ("", "")
 
 lifeline_cmd(sshflags::Cmd, host::String) =
     `ssh -T -a -x -o ClearAllForwardings=yes $sshflags $host $("sh -c '" * LIFELINE_SCRIPT * "'")`
 local_lifeline_cmd() = `sh -c $LIFELINE_SCRIPT`
 
-const LOCAL_LIFELINE_POSSIBLE = Ref{Union{Bool,Nothing}}(nothing)   # looked up once
 """
 Whether this machine's workers can have a lifeline: the loop needs a POSIX `sh` whose `kill`
 takes the workers' OS pids. On Windows there is none (the `sh` of MSYS or Cygwin, if on PATH,

@@ -1,23 +1,7 @@
 # repl.jl: the REPL's cell semantics: history (In/Out), hooks, `]` and `;` modes, soft scope.
 # What differs by Julia version (ans/err, Pkg, ^C as a cancellation) is in compat.jl.
 
-const SOFTSCOPE = Ref(true)          # JUTUL_JKERNEL_SOFTSCOPE=no turns it off (read in main)
-
-"""
-    In, Out
-
-`In[n]` is the code of notebook cell `n` and `Out[n]` the value it showed (only cells that
-show one), keyed by Jupyter's execution count as in IJulia. `Out` keeps those values alive:
-`empty!(Out)` or `IJulia.clear_history()` frees them.
-"""
-const In = Dict{Int,String}()
-const Out = Dict{Int,Any}()
-
-# Hooks run by cells (notebook cells, not user_expressions), as in IJulia: Revise's IJulia
-# integration is a pre-execute hook.
-const PREEXECUTE_HOOKS = Function[]
-const POSTEXECUTE_HOOKS = Function[]
-const POSTERROR_HOOKS = Function[]
+# `In`, `Out`, the hooks and SOFTSCOPE are in state.jl.
 
 run_hooks(hooks) = foreach(Base.invokelatest, copy(hooks))
 

@@ -1,4 +1,22 @@
 # state.jl: limits, and the server's state (one server per process), all in one place.
+#
+# What lives here: the limits that several concerns share, and every global the server changes
+# while it runs, one line each with a comment on what it holds, grouped by concern (IJulia keeps
+# the same in one `Kernel` struct with a comment per field: JuliaLang/IJulia.jl src/IJulia.jl).
+# They are `const` Refs and containers rather than fields of one struct, so that every read is
+# type-stable and no kernel object is passed around: a process serves one kernel. The types
+# they hold are defined here, before them: Evaluation, WarmUpTick, Backend, Lifeline.
+#
+# What does not: constants that configure one concern and never change stay with it (timeouts
+# such as IDLE_BEFORE_WARM_UP and WORKER_PING_WAIT, the PkgIds of Pkg and Distributed,
+# LIFELINE_SCRIPT and LOCAL_KEY, SCHEDULER_FILES, INTERRUPTED, the frame kinds and INCOMING in
+# wire.jl, QUERY_OPS, HAS_CANCEL_SCOPES, StdioContext). Nor do the globals of the `IJulia`
+# module and `MainNames.err` (ijulia.jl: `n`, `ans`, `stdio_bytes`, `orig_stdout`,
+# `orig_stderr`): they are IJulia's notebook API, which notebooks and packages read and reset,
+# and the server only writes them. Nor does what Base keeps for us (`Base.active_repl_backend`,
+# `stdout`, `stderr`, `stdin`, the display stack), which main.jl sets once.
+
+# ---- limits ----
 
 const RESULT_CAP = 64 * 1024          # bytes of a RES payload; streamed output is never capped
 const RICH_CAP = 32 * 1024 * 1024     # bytes of one VAL / DSP bundle (images must not be cut)
@@ -16,23 +34,19 @@ const MAX_PAYLOAD = 256 * 1024 * 1024
 const RICH_MIMES = ("text/html", "text/markdown", "text/latex", "image/svg+xml",
                     "image/png", "image/jpeg", "application/json")
 const BINARY_MIMES = ("image/png", "image/jpeg")
-# MIME types `IJulia.register_mime` and `register_jsonmime` add to what a bundle tries (each a
-# MIME, or a group of which the first the value can show), as in IJulia src/display.jl.
-const REGISTERED_MIMES = Union{MIME,Vector{MIME}}[]
-const REGISTERED_JSON_MIMES = Union{MIME,Vector{MIME}}[]
 const DISPLAY_SIZE = (30, 100)
+
+# ---- the process and its connection ----
 
 const SOCK = Ref{Union{Base.PipeEndpoint, TCPSocket}}()   # see connect_supervisor
 const DIAG = Ref{IO}()                 # the process's original stdout: the startup log
-const EVAL_TASK = Ref{Task}()
-const CELL_TASK = Ref{Union{Nothing,Task}}(nothing)   # the running cell's own task, where
-                                                      # cells get one (compat.jl, in_cell_task)
-const CURRENT = Ref(0)                 # id of the running evaluation, 0 when idle
-const LAST_ID = Ref(0)                 # parent of output produced between evaluations
-const IN_USER = Ref(false)             # the evaluating task is inside user code
-const PENDING_INTERRUPT = Ref(false)   # an interrupt arrived while the server held the task
-const INTERRUPTED_BEFORE_START = Ref(0) # id of a queued evaluation interrupted before it ran
+const COLOR = Ref(false)               # Julia runs with --color=yes: stdout, stderr, tracebacks
+const SOFTSCOPE = Ref(true)            # JUTUL_JKERNEL_SOFTSCOPE=no turns it off (read in main)
+const STARTUP_PENDING = Ref(false)     # the startup file still has to run (in the first cell)
+const LOADED_FROM = Ref("source")      # "cache" when server.jl loaded the compiled package
 const CLAIMS_DIR = Ref("")             # where INT frames and SIGINTs race for requests ("": none)
+
+# ---- requests, evaluations and interrupts ----
 
 """An EXE or EXN request: code for the evaluation loop, queued in arrival order."""
 struct Evaluation
@@ -55,22 +69,86 @@ struct WarmUpTick
 end
 
 const QUEUE = Channel{Union{Evaluation,WarmUpTick}}(Inf)   # what the evaluation loop takes
-const INPUT_WAIT = Ref{Union{Nothing,Channel{Any}}}(nothing)
+const QUERIES = Channel{Tuple{Int,String,String,Int}}(Inf)   # QRY: id, op, code, cursor
+const EVAL_TASK = Ref{Task}()          # the evaluation loop's task (main.jl)
+const CELL_TASK = Ref{Union{Nothing,Task}}(nothing)   # the running cell's own task, where
+                                                      # cells get one (compat.jl, in_cell_task)
+const CURRENT = Ref(0)                 # id of the running evaluation, 0 when idle
+const LAST_ID = Ref(0)                 # parent of output produced between evaluations
+const IN_USER = Ref(false)             # the evaluating task is inside user code
+const PENDING_INTERRUPT = Ref(false)   # an interrupt arrived while the server held the task
+const INTERRUPTED_BEFORE_START = Ref(0) # id of a queued evaluation interrupted before it ran
+const INPUT_WAIT = Ref{Union{Nothing,Channel{Any}}}(nothing)   # where TXT / NIN go while an
+                                                               # INP waits for its answer
+const THREAD_ONE_WORK = Channel{Tuple{Any,Channel{Any}}}(Inf)  # on_thread_one: (f, answer)
+const IDLE_GENERATION = Ref(0)         # evaluations taken so far: dates a WarmUpTick
+const WARMING = Ref(true)              # warm-up steps remain
+
+"""
+What `Base.active_repl_backend` holds while the server runs: the interrupt sink (see
+install_interrupt_sink!), with the fields Base and the REPL read.
+"""
+mutable struct Backend
+    backend_task::Task
+    in_eval::Bool
+    ast_transforms::Vector{Any}   # honoured like the REPL's (Revise pushes to it)
+end
+const BACKEND = Ref{Backend}()         # set by install_interrupt_sink!
+
+# ---- output: fd 1 and 2, drain markers, write buffering (capture.jl) ----
+
 const PIPES = Dict{String,Any}()       # "stdout"/"stderr" => write end of our pipe
 const STDERR_PIPE = Ref{Any}(nothing)  # PIPES["stderr"], read on every write (capture.jl)
 # Filled in by __init__ with a random marker per process: a value made while precompiling would
 # be the same in every process that loads the cache.
 const MARK = UInt8[]
 const TO_STDERR = UInt8[]             # Julia's stderr in the stdout pipe (StdioContext)
-const TO_STDOUT = UInt8[]
-const MARKS_SEEN = Dict("stdout" => 0, "stderr" => 0)
-const MARKS_SENT = Ref(0)
-const DRAINED = Condition()
+const TO_STDOUT = UInt8[]             # and back to stdout after it
+const MARKS_SEEN = Dict("stdout" => 0, "stderr" => 0)   # markers each pump has passed
+const MARKS_SENT = Ref(0)              # markers written into the pipes so far
+const DRAINED = Condition()            # a pump passed a marker, or a drain's time is up
 const DRAIN_DEADLINE = Ref(Inf)      # when the running drain gives up (see flusher_loop)
 const WRITTEN = Ref(0)                 # bytes Julia code wrote to stdout/stderr: buffering switch
 const SUPERVISOR_READS = Ref(false)    # the supervisor reads fd 1 and 2 (capture.jl)
-const BUFFERED = Ref(false)
-const QUIET_TICKS = Ref(0)
-const COLOR = Ref(false)               # Julia runs with --color=yes: stdout, stderr, tracebacks
-const STARTUP_PENDING = Ref(false)     # the startup file still has to run (in the first cell)
-const LOADED_FROM = Ref("source")      # "cache" when server.jl loaded the compiled package
+const BUFFERED = Ref(false)            # Julia's writes to the pipes are buffered now
+const QUIET_TICKS = Ref(0)             # quiet flusher intervals in a row while buffered
+
+# ---- what notebook cells see and register ----
+
+"""
+    In, Out
+
+`In[n]` is the code of notebook cell `n` and `Out[n]` the value it showed (only cells that
+show one), keyed by Jupyter's execution count as in IJulia. `Out` keeps those values alive:
+`empty!(Out)` or `IJulia.clear_history()` frees them.
+"""
+const In = Dict{Int,String}()
+const Out = Dict{Int,Any}()
+
+# Hooks run by cells (notebook cells, not user_expressions), as in IJulia: Revise's IJulia
+# integration is a pre-execute hook.
+const PREEXECUTE_HOOKS = Function[]
+const POSTEXECUTE_HOOKS = Function[]
+const POSTERROR_HOOKS = Function[]
+
+# MIME types `IJulia.register_mime` and `register_jsonmime` add to what a bundle tries (each a
+# MIME, or a group of which the first the value can show), as in IJulia src/display.jl.
+const REGISTERED_MIMES = Union{MIME,Vector{MIME}}[]
+const REGISTERED_JSON_MIMES = Union{MIME,Vector{MIME}}[]
+const DISPLAY_COUNTER = Ref(0)         # display ids `display(x; display_id = true)` made
+
+# ---- Distributed workers (distributed.jl, lifeline.jl) ----
+
+const RELEASING = Ref(false)           # release_workers is under way: Julia is about to exit
+const INTERRUPTED_AT_EXIT = Set{Int}() # workers release_workers has sent their one interrupt
+const WORKER_HANDLING_COMPILED = Ref(false)   # compile_worker_handling has done its work
+
+"""One lifeline loop (lifeline.jl's header) and the workers it will end."""
+mutable struct Lifeline
+    proc::Base.Process     # the detached ssh or sh; only this process holds its stdin's write end
+    host::String           # for messages
+    ospids::Set{Int}       # the workers the loop will end
+end
+# (host, string(sshflags)) => line; this machine's line is under LOCAL_KEY
+const LIFELINES = Dict{Tuple{String,String},Lifeline}()
+const LOCAL_LIFELINE_POSSIBLE = Ref{Union{Bool,Nothing}}(nothing)   # looked up once

@@ -157,7 +157,6 @@ function parse_frames!(buf::Vector{UInt8}, handle)
     end
 end
 
-const QUERIES = Channel{Tuple{Int,String,String,Int}}(Inf)   # id, op, code, cursor
 const QUERY_OPS = ("complete", "inspect", "is_complete")
 
 """Answer queries one at a time, beside evaluations (a long-lived task, as all of ours are)."""
