@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from . import __version__
-from .install import add_julia_options, julia_flags
+from .julia_options import add_julia_options, julia_flags
 from .streams import StreamCoalescer
 from .supervisor import (
     ExecutionResult,

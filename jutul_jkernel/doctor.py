@@ -38,7 +38,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .install import add_julia_options, julia_flags
+from .julia_options import add_julia_options, julia_flags
 from .juliaup import julia_argv, split_channel
 from .supervisor import (
     ExecutionResult,

@@ -73,6 +73,7 @@ CAP = "jutul_jkernel/capture.py"
 JK_CAPTURE = "julia/JKernel/src/capture.jl"
 CT = "tests/test_contracts.py"
 INS = "jutul_jkernel/install.py"
+JOPT = "jutul_jkernel/julia_options.py"
 TI = "tests/test_install.py"
 JK_PROGRESS = "julia/JKernel/src/progress.jl"
 JK_STDIN = "julia/JKernel/src/stdin.jl"
@@ -609,7 +610,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "install --channel 1.10 writes `julia +1.10`",
         (
             Edit(
-                INS,
+                JOPT,
                 "extra.append(juliaup.channel_argument(channel))",
                 "pass  # mutant M81",
             ),
