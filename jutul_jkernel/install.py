@@ -5,7 +5,7 @@ This module takes the packaged template (``kernelspec/kernel.json`` and the logo
 starts the interpreter that ran the installer (``argv[0]`` is the absolute ``sys.executable``),
 and every Julia setting goes into the spec's ``env`` (``JUTUL_JKERNEL_JULIA``,
 ``JUTUL_JKERNEL_THREADS``, ``JUTUL_JKERNEL_JULIA_ARGS``, and ``JUTUL_JKERNEL_XVFB`` for a private X
-display), where the kernel reads it at start-up.
+display; :mod:`jutul_jkernel.settings` lists them), where the kernel reads it at start-up.
 As IJulia's kernelspec does, Julia gets ``--color=yes`` and ``--project=@.`` (the notebook's
 project) unless ``--no-color`` or ``--project DIR`` say otherwise, and runs the user's startup
 file unless ``--no-startup-file`` is given. ``--channel 1.10`` makes the command juliaup's
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from jupyter_client.kernelspec import KernelSpecManager
 
-from jutul_jkernel import _resources, juliaup
+from jutul_jkernel import _resources, juliaup, settings
 from jutul_jkernel._resources import kernelspec_dir
 from jutul_jkernel.julia_options import add_julia_options, julia_flags
 
@@ -43,10 +43,6 @@ _DEFAULT_NAME = "julia-supervised"
 _DEFAULT_DISPLAY_NAME = "Julia (supervised)"
 _LOGOS = ("logo-32x32.png", "logo-64x64.png")
 
-_ENV_JULIA = "JUTUL_JKERNEL_JULIA"
-_ENV_THREADS = "JUTUL_JKERNEL_THREADS"
-_ENV_JULIA_ARGS = "JUTUL_JKERNEL_JULIA_ARGS"
-_ENV_XVFB = "JUTUL_JKERNEL_XVFB"  # read by jutul_jkernel.xvfb
 _XVFB_DEFAULT = "Xvfb"
 
 # Julia 1.5 starts in well under a second here, but a first run on a cold disk or a
@@ -196,9 +192,9 @@ def _choose_julia(julia: str | None, channel: str | None = None) -> _JuliaChoice
     if julia is None:
         # Not pinned: the kernel looks julia up when it starts, so check what it would find now.
         pinned = channel is not None
-        from_env = os.environ.get(_ENV_JULIA)
+        from_env = os.environ.get(settings.JULIA)
         if from_env:
-            return _JuliaChoice(from_env, f"${_ENV_JULIA}", pinned=pinned)
+            return _JuliaChoice(from_env, f"${settings.JULIA}", pinned=pinned)
         return _JuliaChoice(shutil.which("julia") or "julia", "PATH", pinned=pinned)
     if os.sep in julia or (os.altsep is not None and os.altsep in julia):
         # abspath, never realpath: juliaup's `julia` is a launcher, often a link to
@@ -357,14 +353,14 @@ def _kernel_env(args: argparse.Namespace, julia: _JuliaChoice) -> dict[str, str]
     """Collect the ``env`` entries the kernel reads its Julia settings from."""
     env: dict[str, str] = {}
     if julia.pinned:
-        env[_ENV_JULIA] = julia.command
+        env[settings.JULIA] = julia.command
     if args.threads is not None:
-        env[_ENV_THREADS] = args.threads
+        env[settings.THREADS] = args.threads
     julia_args = julia_flags(args)
     if julia_args:
-        env[_ENV_JULIA_ARGS] = shlex.join(julia_args)
+        env[settings.JULIA_ARGS] = shlex.join(julia_args)
     if args.xvfb is not None:
-        env[_ENV_XVFB] = _xvfb_command(args.xvfb)
+        env[settings.XVFB] = _xvfb_command(args.xvfb)
     env.update(args.env)  # _env_conflict already refused keys the options above own
     return env
 
@@ -391,16 +387,16 @@ def _check_xvfb(xvfb: str) -> str | None:
 def _env_conflict(args: argparse.Namespace) -> str | None:
     """Return an error if an ``--env`` key is also set by its own option, else None."""
     owned = {
-        _ENV_JULIA: "--julia"
+        settings.JULIA: "--julia"
         if args.julia is not None
         else "--channel (which pins juliaup's launcher)"
         if args.channel is not None
         else None,
-        _ENV_THREADS: "--threads" if args.threads is not None else None,
+        settings.THREADS: "--threads" if args.threads is not None else None,
         # Always written: --project has a default (and the kernel's --color too).
-        _ENV_JULIA_ARGS: "the Julia arguments the installer writes "
+        settings.JULIA_ARGS: "the Julia arguments the installer writes "
         "(--project, --no-color, --no-startup-file, --julia-args)",
-        _ENV_XVFB: "--xvfb" if args.xvfb is not None else None,
+        settings.XVFB: "--xvfb" if args.xvfb is not None else None,
     }
     for key, _ in args.env:
         if owned.get(key):
@@ -540,7 +536,7 @@ def _install(args: argparse.Namespace) -> int:
         print(f"Julia not checked (--no-check); the kernel will run {shown}")
     if not julia.pinned:
         print(
-            f"No --julia given: the kernel runs the julia it finds (${_ENV_JULIA}, else PATH) "
+            f"No --julia given: the kernel runs the julia it finds (${settings.JULIA}, else PATH) "
             "when it starts."
         )
     if os.path.dirname(destination) not in manager.kernel_dirs:
