@@ -37,6 +37,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Dict as DictTrait
 
 from . import __version__, settings
+from .kernel_supervisor import supervisor_from_env
 from .streams import StreamCoalescer
 from .supervisor import (
     ExecutionResult,
@@ -44,7 +45,6 @@ from .supervisor import (
     JuliaStartupError,
     JuliaSupervisor,
 )
-from .xvfb import supervisor_from_env
 
 # A kernel_info_request waits this long for Julia to report its version.
 _KERNEL_INFO_WAIT = 10.0

@@ -281,11 +281,3 @@ class HeadlessJuliaSupervisor(JuliaSupervisor):
         """Kill Julia and its display at once, synchronously."""
         super().kill_now()
         self.xvfb.kill_now()
-
-
-def supervisor_from_env(**kwargs: Any) -> JuliaSupervisor:
-    """A supervisor with a private Xvfb when ``$JUTUL_JKERNEL_XVFB`` is set, else a plain one."""
-    command = settings.xvfb_command()
-    if command is None:
-        return JuliaSupervisor(**kwargs)
-    return HeadlessJuliaSupervisor(xvfb=Xvfb(command), **kwargs)

@@ -2,7 +2,8 @@
 
 ``jutul_jkernel/settings.py`` names every ``JUTUL_JKERNEL_*`` variable and parses the ones
 Python reads; ``julia_options.py`` holds the Julia options the installer, the agent and the
-doctor share. No Julia runs here: the import checks run in a fresh Python each, since this
+doctor share; ``kernel_supervisor.py`` imports the Xvfb module only for a kernel that asks for
+a private display. No Julia runs here: the import checks run in a fresh Python each, since this
 process has imported everything already.
 """
 
@@ -22,7 +23,7 @@ from jutul_jkernel import doctor, settings
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "jutul_jkernel"
-# A fresh Python importing the agent and the doctor takes a second or two here.
+# A fresh Python importing the kernel (ipykernel and all) takes a second or two here.
 IMPORT_BOUND = 60.0
 NAME = re.compile(r"JUTUL_JKERNEL_[A-Z_]+")
 # Modules that still spell the names themselves until they switch to settings.py (issue 22
@@ -46,6 +47,33 @@ def _fresh_python(code: str, env: dict[str, str]) -> list[str]:
 
 
 # ---- what each start imports ----
+
+_BUILD_THE_KERNELS_SUPERVISOR = """
+    import sys
+    import jutul_jkernel.kernel  # the kernel class's module, as the app imports it
+    from jutul_jkernel.__main__ import supervisor_from_env
+
+    supervisor = supervisor_from_env()  # builds it; launch() would start Julia
+    print(type(supervisor).__name__)
+    print("jutul_jkernel.xvfb" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    ("xvfb", "supervisor", "imported"),
+    [(None, "JuliaSupervisor", "False"), ("Xvfb", "HeadlessJuliaSupervisor", "True")],
+    ids=["plain", "with-xvfb"],
+)
+def test_the_xvfb_module_is_imported_only_for_a_kernel_with_a_private_display(
+    xvfb: str | None, supervisor: str, imported: str
+) -> None:
+    """Without JUTUL_JKERNEL_XVFB the kernel's entry point and kernel class build a plain
+    supervisor and never import jutul_jkernel.xvfb; with it, a headless one (Xvfb is only
+    named here, not started)."""
+    env = {k: v for k, v in os.environ.items() if k != settings.XVFB}
+    if xvfb is not None:
+        env[settings.XVFB] = xvfb
+    assert _fresh_python(_BUILD_THE_KERNELS_SUPERVISOR, env) == [supervisor, imported]
 
 
 def test_the_agent_and_the_doctor_import_nothing_of_jupyter() -> None:
