@@ -11,7 +11,7 @@ from __future__ import annotations
 import atexit
 from typing import Any
 
-from .xvfb import supervisor_from_env  # imports nothing of Jupyter
+from .kernel_supervisor import supervisor_from_env  # imports nothing of Jupyter, nor Xvfb
 
 
 def main() -> None:

@@ -45,8 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from . import __version__
-from .install import add_julia_options, julia_flags
+from . import __version__, settings
+from .julia_options import add_julia_options, julia_flags
 from .streams import StreamCoalescer
 from .supervisor import (
     ExecutionResult,
@@ -505,8 +505,8 @@ def _parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "Settings not given here come from the same environment variables as the kernel's:\n"
-            "JUTUL_JKERNEL_JULIA, JUTUL_JKERNEL_JULIA_ARGS, JUTUL_JKERNEL_THREADS,\n"
-            "JUTUL_JKERNEL_STARTUP_TIMEOUT.\n\n"
+            f"{settings.JULIA}, {settings.JULIA_ARGS}, {settings.THREADS},\n"
+            f"{settings.STARTUP_TIMEOUT}.\n\n"
             "Example:\n"
             "  printf 'x = 21\\n2x\\n' | jutul-jkernel-agent --project ."
         ),

@@ -38,7 +38,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .install import add_julia_options, julia_flags
+from . import settings
+from .julia_options import add_julia_options, julia_flags
 from .juliaup import julia_argv, split_channel
 from .supervisor import (
     ExecutionResult,
@@ -712,14 +713,12 @@ def summary(report: Report) -> list[str]:
 
 
 def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if value <= 0:
+    """``--timeout``'s type: the settings' rule for seconds, with argparse's kind of error."""
+    seconds = settings.positive_seconds(text)
+    if seconds is None:
         msg = f"expected a positive number of seconds, got {text!r}"
         raise argparse.ArgumentTypeError(msg)
-    return value
+    return seconds
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -733,8 +732,8 @@ def _parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "Settings not given here come from the same environment variables as the kernel's:\n"
-            "JUTUL_JKERNEL_JULIA, JUTUL_JKERNEL_JULIA_ARGS, JUTUL_JKERNEL_THREADS,\n"
-            "JUTUL_JKERNEL_STARTUP_TIMEOUT.\n\n"
+            f"{settings.JULIA}, {settings.JULIA_ARGS}, {settings.THREADS},\n"
+            f"{settings.STARTUP_TIMEOUT}.\n\n"
             "Examples:\n"
             "  python -m jutul_jkernel.doctor\n"
             "  python -m jutul_jkernel.doctor --julia ~/.juliaup/bin/julia --project ~/myproj"

@@ -5,7 +5,7 @@ This module takes the packaged template (``kernelspec/kernel.json`` and the logo
 starts the interpreter that ran the installer (``argv[0]`` is the absolute ``sys.executable``),
 and every Julia setting goes into the spec's ``env`` (``JUTUL_JKERNEL_JULIA``,
 ``JUTUL_JKERNEL_THREADS``, ``JUTUL_JKERNEL_JULIA_ARGS``, and ``JUTUL_JKERNEL_XVFB`` for a private X
-display), where the kernel reads it at start-up.
+display; :mod:`jutul_jkernel.settings` lists them), where the kernel reads it at start-up.
 As IJulia's kernelspec does, Julia gets ``--color=yes`` and ``--project=@.`` (the notebook's
 project) unless ``--no-color`` or ``--project DIR`` say otherwise, and runs the user's startup
 file unless ``--no-startup-file`` is given. ``--channel 1.10`` makes the command juliaup's
@@ -35,22 +35,15 @@ from pathlib import Path
 
 from jupyter_client.kernelspec import KernelSpecManager
 
-from jutul_jkernel import _resources, juliaup
+from jutul_jkernel import _resources, juliaup, settings
 from jutul_jkernel._resources import kernelspec_dir
+from jutul_jkernel.julia_options import add_julia_options, julia_flags
 
 _DEFAULT_NAME = "julia-supervised"
 _DEFAULT_DISPLAY_NAME = "Julia (supervised)"
 _LOGOS = ("logo-32x32.png", "logo-64x64.png")
 
-_ENV_JULIA = "JUTUL_JKERNEL_JULIA"
-_ENV_THREADS = "JUTUL_JKERNEL_THREADS"
-_ENV_JULIA_ARGS = "JUTUL_JKERNEL_JULIA_ARGS"
-_ENV_XVFB = "JUTUL_JKERNEL_XVFB"  # read by jutul_jkernel.xvfb
 _XVFB_DEFAULT = "Xvfb"
-
-# Julia's --project=@. activates the nearest Project.toml from the notebook's folder upwards,
-# else the default environment: what IJulia's default kernelspec does (deps/build.jl).
-_DEFAULT_PROJECT = "@."
 
 # Julia 1.5 starts in well under a second here, but a first run on a cold disk or a
 # large custom sysimage can take much longer; a minute only catches a julia that hangs.
@@ -59,8 +52,6 @@ _STDERR_TAIL_LINES = 15
 # Compiling the JKernel package: ~4 s here with Julia 1.5; Julia 1.9+ also writes native code.
 _PRECOMPILE_TIMEOUT = 600.0
 
-# A key that a POSIX shell would accept as a variable name.
-_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # What jupyter_client accepts as a kernel name (kernelspec._kernel_name_pat, case-insensitive).
 _KERNEL_NAME = re.compile(r"[a-z0-9._-]+", re.IGNORECASE)
 
@@ -102,100 +93,6 @@ class _JuliaChoice:
 
 
 # ---- command line ----
-
-
-def _positive_threads(text: str) -> str:
-    """Accept a positive integer or ``auto``, the values Julia's ``--threads`` takes."""
-    if text == "auto":
-        return text
-    if re.fullmatch(r"[0-9]+", text) and int(text) > 0:
-        return str(int(text))
-    msg = f"expected a positive integer or 'auto', got {text!r}"
-    raise argparse.ArgumentTypeError(msg)
-
-
-def _env_assignment(text: str) -> tuple[str, str]:
-    """Split ``KEY=VALUE``; the key must be a valid variable name."""
-    key, sep, value = text.partition("=")
-    if not sep or not _ENV_KEY.fullmatch(key):
-        msg = f"{text!r} is not KEY=VALUE with KEY a variable name (letters, digits, _)"
-        raise argparse.ArgumentTypeError(msg)
-    return key, value
-
-
-def _channel_name(text: str) -> str:
-    """Accept a juliaup channel name, with or without its leading ``+``."""
-    name = text.removeprefix(juliaup.CHANNEL_PREFIX)
-    if juliaup.is_channel_name(name):
-        return name
-    msg = f"{text!r} is not a juliaup channel name (release, lts, 1.10, nightly, ...)"
-    raise argparse.ArgumentTypeError(msg)
-
-
-def _split_julia_args(text: str) -> list[str]:
-    """Split ``--julia-args`` the way a POSIX shell would."""
-    try:
-        return shlex.split(text)
-    except ValueError as exc:
-        msg = f"cannot split {text!r} into arguments: {exc}"
-        raise argparse.ArgumentTypeError(msg) from None
-
-
-def add_julia_options(parser: argparse.ArgumentParser, who: str) -> None:
-    """Add the Julia settings (--julia, --threads, --project, --julia-args, --env) to ``parser``.
-
-    ``who`` names what starts Julia (the kernel, the agent) in the help texts. The kernel's
-    installer and the agent take the same options; :func:`julia_flags` turns them into flags.
-    """
-    parser.add_argument(
-        "--julia",
-        metavar="PATH",
-        help=f"julia executable to run (default: `julia` on PATH when {who} starts); "
-        "juliaup's launcher is kept as given, never replaced by the Julia it picks",
-    )
-    parser.add_argument(
-        "--channel",
-        metavar="CHANNEL",
-        type=_channel_name,
-        help="juliaup channel (release, lts, 1.10, nightly, ...): run `julia +CHANNEL`, "
-        "juliaup's launcher with that channel, which follows `juliaup update`",
-    )
-    parser.add_argument(
-        "--threads",
-        metavar="N",
-        type=_positive_threads,
-        help="Julia threads: a positive integer or 'auto'",
-    )
-    parser.add_argument(
-        "--project",
-        metavar="DIR",
-        default=_DEFAULT_PROJECT,
-        help="Julia project (environment) to activate, passed as --project=<absolute DIR>; "
-        "the default, @., is the working directory's (the notebook's folder) or the nearest "
-        "parent's with a Project.toml, else Julia's default environment",
-    )
-    parser.add_argument(
-        "--no-startup-file",
-        action="store_true",
-        help=f"do not run ~/.julia/config/startup.jl in {who} (passes --startup-file=no)",
-    )
-    parser.add_argument(
-        "--julia-args",
-        metavar="ARGS",
-        type=_split_julia_args,
-        action="append",
-        default=[],
-        help="extra julia command-line arguments, split like a shell would; "
-        "write --julia-args='-O3' when ARGS starts with a dash",
-    )
-    parser.add_argument(
-        "--env",
-        metavar="KEY=VALUE",
-        type=_env_assignment,
-        action="append",
-        default=[],
-        help=f"extra environment variable for {who} (repeatable)",
-    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -295,9 +192,9 @@ def _choose_julia(julia: str | None, channel: str | None = None) -> _JuliaChoice
     if julia is None:
         # Not pinned: the kernel looks julia up when it starts, so check what it would find now.
         pinned = channel is not None
-        from_env = os.environ.get(_ENV_JULIA)
+        from_env = os.environ.get(settings.JULIA)
         if from_env:
-            return _JuliaChoice(from_env, f"${_ENV_JULIA}", pinned=pinned)
+            return _JuliaChoice(from_env, f"${settings.JULIA}", pinned=pinned)
         return _JuliaChoice(shutil.which("julia") or "julia", "PATH", pinned=pinned)
     if os.sep in julia or (os.altsep is not None and os.altsep in julia):
         # abspath, never realpath: juliaup's `julia` is a launcher, often a link to
@@ -436,7 +333,8 @@ def _run_doctor(args: argparse.Namespace, julia: str, julia_args: list[str]) -> 
         flag = "--no-doctor" if args.no_doctor else "--no-precompile"
         print(f"doctor: not run ({flag}); {how}")
         return
-    # Imported here: the doctor takes its command line from this module's Julia options.
+    # Imported here: only an install that checked Julia runs the doctor, which imports the
+    # supervisor.
     from jutul_jkernel import doctor
 
     print("doctor: checking every path a notebook takes on this Julia...", flush=True)
@@ -455,14 +353,14 @@ def _kernel_env(args: argparse.Namespace, julia: _JuliaChoice) -> dict[str, str]
     """Collect the ``env`` entries the kernel reads its Julia settings from."""
     env: dict[str, str] = {}
     if julia.pinned:
-        env[_ENV_JULIA] = julia.command
+        env[settings.JULIA] = julia.command
     if args.threads is not None:
-        env[_ENV_THREADS] = args.threads
+        env[settings.THREADS] = args.threads
     julia_args = julia_flags(args)
     if julia_args:
-        env[_ENV_JULIA_ARGS] = shlex.join(julia_args)
+        env[settings.JULIA_ARGS] = shlex.join(julia_args)
     if args.xvfb is not None:
-        env[_ENV_XVFB] = _xvfb_command(args.xvfb)
+        env[settings.XVFB] = _xvfb_command(args.xvfb)
     env.update(args.env)  # _env_conflict already refused keys the options above own
     return env
 
@@ -489,43 +387,21 @@ def _check_xvfb(xvfb: str) -> str | None:
 def _env_conflict(args: argparse.Namespace) -> str | None:
     """Return an error if an ``--env`` key is also set by its own option, else None."""
     owned = {
-        _ENV_JULIA: "--julia"
+        settings.JULIA: "--julia"
         if args.julia is not None
         else "--channel (which pins juliaup's launcher)"
         if args.channel is not None
         else None,
-        _ENV_THREADS: "--threads" if args.threads is not None else None,
+        settings.THREADS: "--threads" if args.threads is not None else None,
         # Always written: --project has a default (and the kernel's --color too).
-        _ENV_JULIA_ARGS: "the Julia arguments the installer writes "
+        settings.JULIA_ARGS: "the Julia arguments the installer writes "
         "(--project, --no-color, --no-startup-file, --julia-args)",
-        _ENV_XVFB: "--xvfb" if args.xvfb is not None else None,
+        settings.XVFB: "--xvfb" if args.xvfb is not None else None,
     }
     for key, _ in args.env:
         if owned.get(key):
             return f"--env {key}=... conflicts with {owned[key]}; give one of them"
     return None
-
-
-def julia_flags(args: argparse.Namespace) -> list[str]:
-    """Julia's arguments from the options: ``+channel`` (juliaup's launcher takes it first),
-    colour (the kernel's installer only), project, startup file, then ``--julia-args``."""
-    extra: list[str] = []
-    channel = getattr(args, "channel", None)
-    if channel is not None:
-        extra.append(juliaup.channel_argument(channel))
-    if hasattr(args, "no_color"):
-        extra.append("--color=no" if args.no_color else "--color=yes")
-    # "@." and other "@name" values are Julia's own environment names, not paths.
-    project = args.project
-    if project is not None:
-        if not project.startswith("@"):
-            project = os.path.abspath(os.path.expanduser(project))
-        extra.append(f"--project={project}")
-    if args.no_startup_file:
-        extra.append("--startup-file=no")
-    for chunk in args.julia_args:
-        extra.extend(chunk)
-    return extra
 
 
 def _write_spec(target: Path, display_name: str, env: dict[str, str]) -> None:
@@ -660,7 +536,7 @@ def _install(args: argparse.Namespace) -> int:
         print(f"Julia not checked (--no-check); the kernel will run {shown}")
     if not julia.pinned:
         print(
-            f"No --julia given: the kernel runs the julia it finds (${_ENV_JULIA}, else PATH) "
+            f"No --julia given: the kernel runs the julia it finds (${settings.JULIA}, else PATH) "
             "when it starts."
         )
     if os.path.dirname(destination) not in manager.kernel_dirs:

@@ -36,7 +36,8 @@ from jupyter_client.session import Session
 from traitlets import Any as AnyTrait
 from traitlets import Dict as DictTrait
 
-from . import __version__
+from . import __version__, settings
+from .kernel_supervisor import supervisor_from_env
 from .streams import StreamCoalescer
 from .supervisor import (
     ExecutionResult,
@@ -44,7 +45,6 @@ from .supervisor import (
     JuliaStartupError,
     JuliaSupervisor,
 )
-from .xvfb import supervisor_from_env
 
 # A kernel_info_request waits this long for Julia to report its version.
 _KERNEL_INFO_WAIT = 10.0
@@ -118,9 +118,13 @@ class JuliaKernel(Kernel):
         self.supervisor.on_stray_display = self._stray_display
         self.supervisor.backpressure = self._iopub_backpressure
         self._unsynced_bytes = 0
-        self._is_complete_wait = _positive_seconds(
-            "JUTUL_JKERNEL_IS_COMPLETE_WAIT", _IS_COMPLETE_WAIT, self.log
-        )
+        try:
+            self._is_complete_wait = settings.env_seconds(
+                settings.IS_COMPLETE_WAIT, _IS_COMPLETE_WAIT
+            )
+        except ValueError as exc:  # a bad value is logged, not fatal
+            self.log.warning("%s; using %g", exc, _IS_COMPLETE_WAIT)
+            self._is_complete_wait = _IS_COMPLETE_WAIT
         self._loop: asyncio.AbstractEventLoop | None = None
         self._julia_start: asyncio.Task[None] | None = None
         self._history: deque[tuple[int, int, str, str | None]] = deque(maxlen=_HISTORY_LIMIT)
@@ -664,19 +668,6 @@ class JuliaKernel(Kernel):
             }
         history = [(s, line, (code, out) if output else code) for s, line, code, out in selected]
         return {"status": "ok", "history": history}
-
-
-def _positive_seconds(name: str, default: float, log: logging.Logger | Any) -> float:
-    """Seconds from the environment variable ``name``; a bad value is logged, not fatal."""
-    value = os.environ.get(name, "")
-    try:
-        seconds = float(value) if value else default
-    except ValueError:
-        seconds = -1.0
-    if seconds <= 0:
-        log.warning("%s=%r is not a positive number of seconds; using %g", name, value, default)
-        return default
-    return seconds
 
 
 def _query_failed(exc: Exception) -> dict[str, Any]:

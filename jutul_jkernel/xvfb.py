@@ -32,9 +32,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from . import settings
 from .supervisor import JuliaStartupError, JuliaSupervisor
 
-ENV_XVFB = "JUTUL_JKERNEL_XVFB"  # the Xvfb executable; set means "start one for Julia"
 DEFAULT_COMMAND = "Xvfb"
 # 24-bit colour: GL contexts (GLMakie's GLFW) need it; Xvfb's default depth is lower on some
 # versions. Big enough for a full-HD figure window.
@@ -136,7 +136,7 @@ class Xvfb:
         if executable is None:
             where = "on PATH" if os.sep not in self.command else "there"
             msg = (
-                f"Headless graphics are on ({ENV_XVFB}={self.command}), but the X server "
+                f"Headless graphics are on ({settings.XVFB}={self.command}), but the X server "
                 f"{self.command!r} was not found {where}. {_HOW_TO_GET_XVFB}"
             )
             raise XvfbError(msg)
@@ -281,11 +281,3 @@ class HeadlessJuliaSupervisor(JuliaSupervisor):
         """Kill Julia and its display at once, synchronously."""
         super().kill_now()
         self.xvfb.kill_now()
-
-
-def supervisor_from_env(**kwargs: Any) -> JuliaSupervisor:
-    """A supervisor with a private Xvfb when ``$JUTUL_JKERNEL_XVFB`` is set, else a plain one."""
-    command = os.environ.get(ENV_XVFB, "")
-    if not command:
-        return JuliaSupervisor(**kwargs)
-    return HeadlessJuliaSupervisor(xvfb=Xvfb(command), **kwargs)

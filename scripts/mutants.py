@@ -73,6 +73,8 @@ CAP = "jutul_jkernel/capture.py"
 JK_CAPTURE = "julia/JKernel/src/capture.jl"
 CT = "tests/test_contracts.py"
 INS = "jutul_jkernel/install.py"
+JOPT = "jutul_jkernel/julia_options.py"
+KSUP = "jutul_jkernel/kernel_supervisor.py"
 TI = "tests/test_install.py"
 JK_PROGRESS = "julia/JKernel/src/progress.jl"
 JK_STDIN = "julia/JKernel/src/stdin.jl"
@@ -609,7 +611,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "install --channel 1.10 writes `julia +1.10`",
         (
             Edit(
-                INS,
+                JOPT,
                 "extra.append(juliaup.channel_argument(channel))",
                 "pass  # mutant M81",
             ),
@@ -1475,6 +1477,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "a SIGTERMed kernel takes a Julia that is still starting along",
         (Edit(SUP, "for j in (self._julia, self._starting):", "for j in (self._julia,):  # M163"),),
         (f"{FT}::test_a_julia_still_starting_ends_with_its_kernel[sigterm]",),
+    ),
+    Mutant(
+        "M170",
+        "a plain kernel start does not import the Xvfb module",
+        (Edit(KSUP, "from . import settings", "from . import settings, xvfb  # mutant M170"),),
+        (
+            "tests/test_settings.py::"
+            "test_the_xvfb_module_is_imported_only_for_a_kernel_with_a_private_display",
+        ),
     ),
 )
 

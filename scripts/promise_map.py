@@ -81,7 +81,7 @@ AREAS: tuple[Area, ...] = (
     Area(
         "Start-up",
         "docs/architecture.md",
-        ["M37", "M38", "M40", "M94", "M162"],
+        ["M37", "M38", "M40", "M94", "M162", "M170"],
     ),
     Area(
         "The compile cache",
@@ -131,6 +131,7 @@ FILE_AREAS: dict[str, str] = {
     "test_contracts.py": "Julia versions: newer Base contracts and the outside names",
     "test_surface.py": "Julia versions: newer Base contracts and the outside names",
     "test_early_launch.py": "Start-up",
+    "test_settings.py": "Configuration",
     "test_precompile.py": "The compile cache",
     "test_faults.py": "Faults: deaths, stalls and bad settings",
     "test_protocol.py": "The frame protocol",

@@ -1,0 +1,24 @@
+"""The kernel's supervisor, as the kernelspec's environment configures it.
+
+A plain :class:`~jutul_jkernel.supervisor.JuliaSupervisor`, unless ``JUTUL_JKERNEL_XVFB`` asks
+for a private X display (``python -m jutul_jkernel.install --xvfb``). Only then is
+:mod:`jutul_jkernel.xvfb` imported: ``python -m jutul_jkernel`` builds the supervisor before
+Julia boots, and a plain kernel start pays for nothing it does not use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import settings
+from .supervisor import JuliaSupervisor
+
+
+def supervisor_from_env(**kwargs: Any) -> JuliaSupervisor:
+    """A supervisor with a private Xvfb when ``$JUTUL_JKERNEL_XVFB`` is set, else a plain one."""
+    command = settings.xvfb_command()
+    if command is None:
+        return JuliaSupervisor(**kwargs)
+    from .xvfb import HeadlessJuliaSupervisor, Xvfb  # imported only here: see the docstring
+
+    return HeadlessJuliaSupervisor(xvfb=Xvfb(command), **kwargs)
