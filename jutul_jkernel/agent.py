@@ -46,14 +46,12 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from . import __version__, settings
+from .errors import JuliaDiedError, JuliaStartupError
 from .julia_options import add_julia_options, julia_flags
+from .results import ExecutionResult
+from .sink import Display, OutputSink
 from .streams import StreamCoalescer
-from .supervisor import (
-    ExecutionResult,
-    JuliaDiedError,
-    JuliaStartupError,
-    JuliaSupervisor,
-)
+from .supervisor import JuliaSupervisor
 
 MARKER = "loading complete. first delimiter:"
 MULTILINE = "--"
@@ -193,17 +191,17 @@ class _Response:
             self.tail = (self.tail + rest)[-_OUTPUT_TAIL_CHARS:]
             self.tail_stream = name
 
-    def display(self, msg: dict[str, Any]) -> None:
+    def display(self, shown: Display) -> None:
         """Apply a display message as a notebook would: add, update in place, or clear."""
-        kind = msg.get("type")
+        kind = shown.kind
         if kind == "clear_output":
-            if msg.get("wait"):
+            if shown.wait:
                 self.clear_pending = True
             else:
                 self.outputs.clear()
             return
-        mime, text = bundle_text(msg.get("data", {}))
-        display_id = msg.get("transient", {}).get("display_id")
+        mime, text = bundle_text(shown.data)
+        display_id = shown.display_id
         if kind == "update_display_data":
             for o in self.outputs:
                 if display_id is not None and o.display_id == display_id:
@@ -236,9 +234,8 @@ def result_outputs(result: ExecutionResult) -> list[Output]:
         kept = "state kept" if result.state_kept else "Julia was restarted, state lost"
         return [*outputs, Output("error", f"InterruptException: interrupted; {kept}.")]
     if result.status == "error":
-        err = result.error
-        text = _error_text(err.ename, err.traceback) if err else result.text
-        return [*outputs, Output("error", text)]
+        err = result.error_info()
+        return [*outputs, Output("error", _error_text(err.ename, err.traceback))]
     if result.data:
         mime, text = bundle_text(result.data)
         return [*outputs, Output("execute_result", text, mime)]
@@ -270,7 +267,9 @@ class Agent:
         self._interrupted: int | None = None  # request that got a SIGINT
         self._stray: list[tuple[str, bytes]] = []  # printed between requests
         self._tasks: set[asyncio.Task[Any]] = set()
-        supervisor.on_stray_output = lambda stream, data: self._stray.append((stream, data))
+        supervisor.route_stray_output(
+            OutputSink(stream=lambda stream, data: self._stray.append((stream, data)))
+        )
 
     # ---- lifecycle ----
 
@@ -382,9 +381,9 @@ class Agent:
         for stream, data in self._take_stray():  # printed by background tasks since the last
             out.write(stream, data)
 
-        def on_display(msg: dict[str, Any]) -> None:
+        def on_display(shown: Display) -> None:
             out.flush()
-            response.display(msg)
+            response.display(shown)
 
         self._running = number
         extra: list[Output]
@@ -398,18 +397,14 @@ class Agent:
                 extra = [Output("notice", notice)] if notice else []
                 extra.append(Output("error", "InterruptException: interrupted before it ran."))
             else:
-                result = await self.supervisor.execute(
-                    code,
-                    out.write,
-                    on_display=on_display,
-                    on_input=_refuse_input,
-                    name=f"request[{number}]",
-                )
+                sink = OutputSink(stream=out.write, display=on_display, input=_refuse_input)
+                result = await self.supervisor.execute(code, sink, name=f"request[{number}]")
                 extra = result_outputs(result)
         except JuliaDiedError as exc:
-            extra = [Output("error", f"JuliaDied: {exc}\nThe next request starts a fresh Julia.")]
+            message = f"{exc.ename}: {exc}\nThe next request starts a fresh Julia."
+            extra = [Output("error", message)]
         except JuliaStartupError as exc:
-            extra = [Output("error", f"JuliaStartupError: {exc}")]
+            extra = [Output("error", f"{exc.ename}: {exc}")]
         finally:
             self._running = None
             out.flush(final=True)

@@ -36,18 +36,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from . import settings
+from .errors import JuliaDiedError, JuliaStartupError
 from .julia_options import add_julia_options, julia_flags
+from .julia_process import split_startup_file_flag  # the supervisor's rule: bare julia matches it
 from .juliaup import julia_argv, split_channel
-from .supervisor import (
-    ExecutionResult,
-    JuliaDiedError,
-    JuliaStartupError,
-    JuliaSupervisor,
-    _split_startup_file_flag,  # the supervisor's own rule, so that bare julia matches it
-)
+from .results import ExecutionResult
+from .sink import Display, OutputSink
+from .supervisor import JuliaSupervisor
 
 # Each check waits this long at most. The slowest are `] st` (loading Pkg) and compiling a
 # package from a cell (a second Julia process), about a second each here on 1.5.3 and several
@@ -161,7 +158,7 @@ class _Cell:
 
     def __init__(self) -> None:
         self.chunks: list[tuple[str, bytes]] = []
-        self.displays: list[dict[str, Any]] = []
+        self.displays: list[Display] = []
         self.result: ExecutionResult | None = None
 
     def on_output(self, stream: str, data: bytes) -> None:
@@ -233,13 +230,8 @@ class _Doctor:
         """Run ``code`` as notebook cell ``In[n]`` (so that ``ans`` and history apply)."""
         self.count += 1
         cell = _Cell()
-        cell.result = await self.sup.execute(
-            code,
-            cell.on_output,
-            on_display=cell.displays.append,
-            on_input=on_input,
-            name=f"In[{self.count}]",
-        )
+        sink = OutputSink(stream=cell.on_output, display=cell.displays.append, input=on_input)
+        cell.result = await self.sup.execute(code, sink, name=f"In[{self.count}]")
         return cell
 
     async def value(self, code: str) -> str:
@@ -313,7 +305,7 @@ class _Doctor:
     async def display_html(self) -> None:
         cell = await self.cell('display(HTML("<b>doctor</b>"))')
         cell.ok()
-        html = [d.get("data", {}).get("text/html") for d in cell.displays]
+        html = [d.data.get("text/html") for d in cell.displays]
         _expect(html == ["<b>doctor</b>"], f"displays were {cell.displays!r:.300}")
 
     async def display_png(self) -> None:
@@ -326,7 +318,7 @@ class _Doctor:
         cell = await self.cell(code)
         cell.ok()
         _expect(len(cell.displays) == 1, f"{len(cell.displays)} displays instead of one")
-        data = cell.displays[0].get("data", {})
+        data = cell.displays[0].data
         _expect("image/png" in data, f"no image/png in the display's {sorted(data)}")
         _expect(base64.b64decode(data["image/png"]) == _PNG, "the PNG arrived changed")
 
@@ -336,17 +328,17 @@ class _Doctor:
             'JKernel.update_display(HTML("<i>2</i>"); display_id = doctor_id)'
         )
         cell.ok()
-        kinds = [d["type"] for d in cell.displays]
+        kinds = [d.kind for d in cell.displays]
         _expect(kinds == ["display_data", "update_display_data"], f"displays were {kinds}")
-        ids = [d.get("transient", {}).get("display_id") for d in cell.displays]
+        ids = [d.display_id for d in cell.displays]
         _expect(ids[0] is not None and ids[0] == ids[1], f"display ids were {ids}")
-        got = cell.displays[1]["data"].get("text/html")
+        got = cell.displays[1].data.get("text/html")
         _expect(got == "<i>2</i>", f"the update showed {got!r}")
 
     async def clear_output(self) -> None:
         cell = await self.cell("JKernel.clear_output(true)")
         cell.ok()
-        want = [{"type": "clear_output", "wait": True}]
+        want = [Display.clear(wait=True)]
         _expect(cell.displays == want, f"display messages were {cell.displays!r:.300}")
 
     # ---- results and errors ----
@@ -564,7 +556,7 @@ async def diagnose(
 
     # Julia's own start, measured like bench's baseline: the same startup-file choice as the
     # supervisor's Julia (which runs the startup file in its first cell).
-    _, wants_startup = _split_startup_file_flag(sup.julia_args)
+    _, wants_startup = split_startup_file_flag(sup.julia_args)
     flags = [*([channel] if channel else []), *([] if wants_startup else ["--startup-file=no"])]
     report.bare_command = julia_argv(julia, flags, "-e", "nothing")
     report.bare_ms, report.bare_error = await _bare_start(report.bare_command)

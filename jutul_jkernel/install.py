@@ -25,7 +25,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 
 from jutul_jkernel import _resources, juliaup, settings
 from jutul_jkernel._resources import kernelspec_dir
+from jutul_jkernel.errors import describe_exit, indented
 from jutul_jkernel.julia_options import add_julia_options, julia_flags
 
 _DEFAULT_NAME = "julia-supervised"
@@ -206,19 +206,8 @@ def _choose_julia(julia: str | None, channel: str | None = None) -> _JuliaChoice
     return _JuliaChoice(command, "--julia, looked up on PATH", pinned=True)
 
 
-def _describe_exit(returncode: int) -> str:
-    """Return how a process ended, naming the signal when it was killed."""
-    if returncode < 0:
-        try:
-            return f"was killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"was killed by signal {-returncode}"
-    return f"exited with status {returncode}"
-
-
 def _tail(text: str) -> str:
-    lines = text.strip().splitlines()[-_STDERR_TAIL_LINES:]
-    return "\n".join(f"    {line}" for line in lines) if lines else "    (no output on stderr)"
+    return indented(text, last_lines=_STDERR_TAIL_LINES, empty="(no output on stderr)")
 
 
 def check_julia(julia: str, julia_args: Sequence[str] = ()) -> str:
@@ -246,7 +235,7 @@ def check_julia(julia: str, julia_args: Sequence[str] = ()) -> str:
     version = done.stdout.strip()
     if done.returncode != 0 or not version:
         msg = (
-            f"{shlex.join(command)} {_describe_exit(done.returncode)}"
+            f"{shlex.join(command)} {describe_exit(done.returncode)}"
             f"{'' if done.returncode else ' without printing a version'}; "
             f"its stderr ended with:\n{_tail(done.stderr)}"
         )
@@ -272,7 +261,7 @@ def check_channel(launcher: str, channel: str) -> str:
     version = done.stdout.strip()
     if done.returncode != 0 or not version:
         msg = (
-            f"{shlex.join(command)} {_describe_exit(done.returncode)}"
+            f"{shlex.join(command)} {describe_exit(done.returncode)}"
             f"{'' if done.returncode else ' without printing a version'}; "
             f"its stderr ended with:\n{_tail(done.stderr)}"
         )
@@ -318,7 +307,7 @@ def precompile_server(
         return f"{shlex.join(command)} did not finish within {_PRECOMPILE_TIMEOUT:.0f} s"
     if done.returncode != 0:
         return (
-            f"{shlex.join(command)} {_describe_exit(done.returncode)}; "
+            f"{shlex.join(command)} {describe_exit(done.returncode)}; "
             f"its output ended with:\n{_tail(done.stdout + done.stderr)}"
         )
     return None
@@ -465,11 +454,35 @@ def _install(args: argparse.Namespace) -> int:
     # What the spec starts, as a shell would show it: the launcher and its +channel, if any.
     channel_args = [] if args.channel is None else [juliaup.channel_argument(args.channel)]
     shown = shlex.join([julia.command, *channel_args])
+    failed, version = _check_before_installing(args, julia, julia_args, shown)
+    if failed is not None:
+        return failed
+    destination = _install_spec(args, julia)
+    if destination is None:
+        return 1
+    where = _location(args)[2]
+    print(f"Installed kernelspec {args.name!r} ({args.display_name}) in {destination} [{where}]")
+    if version is not None:
+        print(f"Julia {version} found at {shown}")
+        if not args.no_precompile:
+            _precompile_and_say(julia.command, julia_args, args)
+        _run_doctor(args, julia.command, julia_args)
+    else:
+        print(f"Julia not checked (--no-check); the kernel will run {shown}")
+    _say_how_to_use_it(args, julia, destination)
+    return 0
+
+
+def _check_before_installing(
+    args: argparse.Namespace, julia: _JuliaChoice, julia_args: list[str], shown: str
+) -> tuple[int | None, str | None]:
+    """Check the Julia (and its channel, and Xvfb) before anything is written: an exit status
+    if a check failed, else None; and the Julia version found (None with --no-check)."""
     version: str | None = None
     if not args.no_check and args.channel is not None:
         channel_version = _check_channel_or_say_why(julia, args.channel)
         if channel_version is None:
-            return _EXIT_JULIA_CHECK_FAILED
+            return _EXIT_JULIA_CHECK_FAILED, None
         print(f"juliaup channel {args.channel!r}: {channel_version} ({julia.command})")
     if not args.no_check:
         try:
@@ -486,7 +499,7 @@ def _install(args: argparse.Namespace) -> int:
                 f"  what happened: {exc}\n\n{_HOW_TO_GET_JULIA}{blame_args}",
                 file=sys.stderr,
             )
-            return _EXIT_JULIA_CHECK_FAILED
+            return _EXIT_JULIA_CHECK_FAILED, None
         _warn_if_juliaup_will_move_it(julia, version)
     elif julia.pinned and not os.path.isabs(julia.command):
         print(f"warning: {julia.command!r} is not on PATH now; the kernelspec keeps the bare name.")
@@ -494,20 +507,23 @@ def _install(args: argparse.Namespace) -> int:
         problem = _check_xvfb(args.xvfb)
         if problem is not None:
             print(problem, file=sys.stderr)
-            return _EXIT_XVFB_MISSING
+            return _EXIT_XVFB_MISSING, None
     if not args.project.startswith("@") and not os.path.isdir(os.path.expanduser(args.project)):
         print(
             f"note: project directory {args.project} does not exist yet; Julia will start "
             "with an empty environment there."
         )
+    return None, version
 
+
+def _install_spec(args: argparse.Namespace, julia: _JuliaChoice) -> str | None:
+    """Write the kernelspec; its directory, or None (having said why) if it cannot be."""
     user, prefix, where = _location(args)
-    manager = KernelSpecManager()
     with tempfile.TemporaryDirectory(prefix="jutul-jkernel-spec-") as tmp:
         _write_spec(Path(tmp), args.display_name, _kernel_env(args, julia))
         # No replace=: jupyter_client 8 always replaces and warns (DeprecationWarning) if given.
         try:
-            destination = manager.install_kernel_spec(
+            destination: str = KernelSpecManager().install_kernel_spec(
                 tmp, kernel_name=args.name, user=user, prefix=prefix
             )
         except PermissionError as exc:
@@ -516,30 +532,29 @@ def _install(args: argparse.Namespace) -> int:
                 "Install for yourself with --user, or into this environment with --sys-prefix.",
                 file=sys.stderr,
             )
-            return 1
+            return None
+    return destination
 
-    print(f"Installed kernelspec {args.name!r} ({args.display_name}) in {destination} [{where}]")
-    if version is not None:
-        print(f"Julia {version} found at {shown}")
-        if not args.no_precompile:
-            problem = precompile_server(julia.command, julia_args, dict(args.env))
-            if problem is None:
-                print("Compiled the kernel's Julia side: kernels start from its cache")
-            else:
-                print(
-                    f"warning: compiling the kernel's Julia side failed; kernels load it from "
-                    f"source (slower start) and retry in the background.\n  {problem}",
-                    file=sys.stderr,
-                )
-        _run_doctor(args, julia.command, julia_args)
+
+def _precompile_and_say(julia: str, julia_args: list[str], args: argparse.Namespace) -> None:
+    problem = precompile_server(julia, julia_args, dict(args.env))
+    if problem is None:
+        print("Compiled the kernel's Julia side: kernels start from its cache")
     else:
-        print(f"Julia not checked (--no-check); the kernel will run {shown}")
+        print(
+            f"warning: compiling the kernel's Julia side failed; kernels load it from "
+            f"source (slower start) and retry in the background.\n  {problem}",
+            file=sys.stderr,
+        )
+
+
+def _say_how_to_use_it(args: argparse.Namespace, julia: _JuliaChoice, destination: str) -> None:
     if not julia.pinned:
         print(
             f"No --julia given: the kernel runs the julia it finds (${settings.JULIA}, else PATH) "
             "when it starts."
         )
-    if os.path.dirname(destination) not in manager.kernel_dirs:
+    if os.path.dirname(destination) not in KernelSpecManager().kernel_dirs:
         print(
             f"note: Jupyter does not search {os.path.dirname(destination)}; add "
             f"{os.path.dirname(os.path.dirname(destination))} to JUPYTER_PATH to use it."
@@ -548,7 +563,6 @@ def _install(args: argparse.Namespace) -> int:
         xvfb = _xvfb_command(args.xvfb)
         print(f"Headless graphics: each kernel starts its own Xvfb ({xvfb}) as Julia's DISPLAY")
     print(f"Start it with: jupyter console --kernel {args.name}")
-    return 0
 
 
 def _uninstall(args: argparse.Namespace) -> int:

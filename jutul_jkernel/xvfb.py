@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from . import settings
-from .supervisor import JuliaStartupError, JuliaSupervisor
+from .errors import JuliaStartupError, indented, read_tail
+from .supervisor import JuliaSupervisor
 
 DEFAULT_COMMAND = "Xvfb"
 # 24-bit colour: GL contexts (GLMakie's GLFW) need it; Xvfb's default depth is lower on some
@@ -241,12 +242,7 @@ class Xvfb:
 
 
 def _tail(path: Path) -> str:
-    try:
-        data = path.read_bytes()[-_LOG_TAIL_BYTES:]
-    except OSError as exc:
-        return f"    (could not read {path}: {exc})"
-    lines = data.decode("utf-8", "replace").strip().splitlines()
-    return "\n".join(f"    {line}" for line in lines) or "    (nothing)"
+    return indented(read_tail(path, _LOG_TAIL_BYTES))
 
 
 class HeadlessJuliaSupervisor(JuliaSupervisor):

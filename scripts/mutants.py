@@ -54,6 +54,9 @@ class Mutant:
 
 
 SUP = "jutul_jkernel/supervisor.py"
+ESC = "jutul_jkernel/escalation.py"
+PROC = "jutul_jkernel/julia_process.py"
+ERRS = "jutul_jkernel/errors.py"
 KER = "jutul_jkernel/kernel.py"
 # The Julia side: the launcher and the JKernel package's files (julia/JKernel/src/).
 LAUNCHER = "julia/server.jl"
@@ -103,13 +106,25 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M1",
         "if Julia dies, every waiter fails at once (queries too)",
-        (Edit(SUP, "waiter.set_exception(j.death)", "pass  # mutant M1"),),
+        (
+            Edit(
+                SUP,
+                "j.replies.fail_all(j.death)",
+                "pass  # mutant M1",
+            ),
+        ),
         (f"{SJ}::test_queries_fail_fast_when_julia_dies",),
     ),
     Mutant(
         "M2",
         "a loop without safepoints is forced, state kept",
-        (Edit(SUP, r"(?re)^_BURST_COUNT = \d+$", "_BURST_COUNT = 0"),),
+        (
+            Edit(
+                ESC,
+                r"(?re)^_BURST_COUNT = \d+$",
+                "_BURST_COUNT = 0",
+            ),
+        ),
         (
             f"{SJ}::test_interrupt_of_a_loop_without_safepoints_is_forced",
             f"{KC}::test_forced_interrupt_tells_the_user",
@@ -120,12 +135,16 @@ MUTANTS: tuple[Mutant, ...] = (
         "yielding cells stop by the socket request, allocating ones by one SIGINT",
         (
             Edit(
-                SUP,
-                "await self._send(j, encode(FrameKind.INT, ex.id, request)) "
-                "handed = await self._acked_before_silence(",
-                "handed = False and await self._acked_before_silence(",  # mutant M3: no INT
+                ESC,
+                "await j.send(encode(FrameKind.INT, it.execution, request)) handed = await "
+                "_acked_before_silence(",
+                "handed = False and await _acked_before_silence(",  # mutant M3: no INT frame
             ),
-            Edit(SUP, "self._signal(j) ex.sigint_sent = True", "ex.sigint_sent = True"),
+            Edit(
+                ESC,
+                "j.interrupt() claimed, acks = not handed, it.acks",
+                "claimed, acks = not handed, it.acks",
+            ),
         ),
         (f"{SJ}::test_interrupt_keeps_state",),
     ),
@@ -148,13 +167,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "interrupts keep state; a restart happens only when nothing else stops the cell",
         (
             Edit(
-                SUP,
-                "async def _escalate(self, ex: _Execution) -> None:",
-                "async def _escalate(self, ex: _Execution) -> None:\n"
-                "        if self._julia is not None:  # mutant M5\n"
-                "            ex.killed_for_interrupt = True\n"
-                "            await self._kill(self._julia)\n"
-                "            return",
+                ESC,
+                "async def _escalate(self, it: Interrupt, j: JuliaProcess | None) -> None:",
+                "async def _escalate(self, it: Interrupt, j: JuliaProcess | None) -> None:\n  "
+                "      if j is not None:  # mutant M5\n            "
+                "it.reach(InterruptStep.RESTART)\n            await j.kill()\n            "
+                "return",
             ),
         ),
         ("tests/test_load.py::test_interrupt_storm",),
@@ -163,7 +181,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M6",
         "threads default to physical cores - 1",
-        (Edit(SUP, "return max(1, cores - 1)", "return os.cpu_count() or 1  # mutant M6"),),
+        (
+            Edit(
+                PROC,
+                "return max(1, cores - 1)",
+                "return os.cpu_count() or 1  # mutant M6",
+            ),
+        ),
         (f"{SJ}::test_threads_default_and_explicit",),
     ),
     Mutant(
@@ -171,9 +195,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "a cell that yields is interrupted without any signal",
         (
             Edit(
-                SUP,
-                "ex.acks >= acks + 2 or await _taken(ex, ack, _UNWIND_WAIT)"
-                " or await _taken_while_compiling(j, ex, ack, faults)",
+                ESC,
+                "it.acks >= acks + 2 or await _taken(it, ack, _UNWIND_WAIT) or await "
+                "_taken_while_compiling(j, it, ack, faults)",
                 "False  # mutant M7: a SIGINT even after the cell took the frame",
             ),
         ),
@@ -281,9 +305,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "a crash names the signal that ended Julia",
         (
             Edit(
-                SUP,
-                'return f"was killed by {name}" + (f" ({note})" if note else "")',
-                'return "died"  # mutant M16',
+                ERRS,
+                "return f\"was killed by {name}\" + (f\" ({note})\" if note else \"\")",
+                "return \"died\"  # mutant M16",
             ),
         ),
         (f"{SJ}::test_killed_process_is_explained",),
@@ -308,7 +332,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 SUP,
                 "self._setting_error: str | None = None",
                 "self._setting_error: str | None = None\n"
-                "        _env_seconds('JUTUL_JKERNEL_STARTUP_TIMEOUT', 1.0)  # mutant M19",
+                "        settings.startup_timeout(1.0)  # mutant M19: raises, killing the kernel",
             ),
         ),
         ("tests/test_faults.py::test_bad_timeout_setting_is_an_error_the_user_sees",),
@@ -319,8 +343,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 SUP,
-                "if self.on_stray_display is not None: self.on_stray_display(shown)",
-                "if False:  # mutant M20\n                pass",
+                "self._stray.show(display_of(frame))",
+                "pass  # mutant M20",
             ),
         ),
         (f"{KC}::test_background_task_output_and_display_reach_the_last_cell",),
@@ -334,8 +358,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M22",
         "a cell printing flat out stops by the socket request, output in flight cut short",
-        (Edit(SUP, "if ex is not None and ex.discarding: # The first few KiB",
-              "if False: # The first few KiB"),),
+        (
+            Edit(
+                ESC,
+                "if not self.discarding: return data",
+                "if True:  # mutant M22\n            return data",
+            ),
+        ),
         (f"{IN}::test_print_flood_stops_by_frame_and_keeps_state",),
     ),
     Mutant(
@@ -389,9 +418,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "an interrupt never forces a throw into Julia's compiler: it waits while Julia compiles",
         (
             Edit(
-                SUP,
-                "taken = await _taken_while_compiling(j, ex, ack, faults)",
-                "taken = False",
+                ESC,
+                "taken = await _taken_while_compiling(j, it, ack, faults)",
+                "taken = False  # mutant M30",
             ),
         ),
         (f"{SJ}::test_interrupt_while_julia_compiles_keeps_the_session",),
@@ -491,7 +520,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M42",
         "the supervisor reads Julia's fd 1 and 2 itself: no writer waits on Julia's own thread",
-        (Edit(SUP, 'env["JUTUL_JKERNEL_STDOUT_FD"] = str(out_write)', "pass  # mutant M42"),),
+        (
+            Edit(
+                PROC,
+                "env[settings.STDOUT_FD] = str(out_write)",
+                "pass  # mutant M42",
+            ),
+        ),
         (
             f"{SJ}::test_c_output_larger_than_a_pipe_arrives_whole",
             f"{IN}::test_print_flood_stops_by_frame_and_keeps_state",
@@ -623,9 +658,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "the +channel reaches Julia's command line first, where juliaup's launcher looks for it",
         (
             Edit(
-                SUP,
-                'julia, ["--startup-file=no", *julia_args],',
-                'julia, ["--startup-file=no"], *julia_args,  # mutant M82',
+                PROC,
+                "julia, [\"--startup-file=no\", *julia_args],",
+                "julia, [\"--startup-file=no\"], *julia_args,  # mutant M82",
             ),
         ),
         (f"{TI}::test_kernel_from_a_channel_spec_runs_the_channel",),
@@ -704,9 +739,9 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 SUP,
-                "elif ex is not None and ex.on_output is not None: ex.on_output(name, data)",
-                'elif ex is not None and ex.on_output is not None and name != "stdout":  '
-                "# mutant M70\n            ex.on_output(name, data)",
+                "if data: ex.sink.write(name, data)",
+                "if data and name != \"stdout\":  # mutant M70\n                "
+                "ex.sink.write(name, data)",
             ),
         ),
         (f"{DOC}::test_every_check_passes_on_this_julia",),
@@ -1097,7 +1132,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M120",
         "a cell still running after Julia took its interrupt gets it again (the next rung)",
-        (Edit(SUP, "ex.acks >= acks + 2", "True  # mutant M120"),),
+        (
+            Edit(
+                ESC,
+                "it.acks >= acks + 2",
+                "True  # mutant M120",
+            ),
+        ),
         (f"{CC}::test_a_cell_that_goes_on_after_its_interrupt_gets_it_again",),
     ),
     Mutant(
@@ -1136,7 +1177,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M124",
         "the cell's stderr names the processes that were stopped",
-        (Edit(SUP, 'ex.on_output("stderr", line.encode())', "pass  # mutant M124"),),
+        (
+            Edit(
+                SUP,
+                "ex.sink.write(\"stderr\", line.encode())",
+                "pass  # mutant M124",
+            ),
+        ),
         (f"{CC}::test_a_child_that_outlives_an_interrupted_cell_is_stopped",),
     ),
     Mutant(
@@ -1189,9 +1236,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "one interrupt is delivered once: no SIGINT for a request the listener claimed",
         (
             Edit(
-                SUP,
-                "if not handed and not self._claim(request):",
-                "if not handed and not self._claim(request) and False:  # mutant M141",
+                ESC,
+                "if not handed and not self.claims.claim(request):",
+                "if not handed and not self.claims.claim(request) and False:  # mutant M141",
             ),
         ),
         (f"{SJ}::test_a_request_the_listener_claimed_gets_no_sigint",),
@@ -1216,7 +1263,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M143",
         "one interrupt is delivered once: the supervisor claims a request before its SIGINT",
-        (Edit(SUP, "(self._claims / str(request)).mkdir()", "pass  # mutant M143"),),
+        (
+            Edit(
+                ESC,
+                "(self.path / str(request)).mkdir()",
+                "pass  # mutant M143",
+            ),
+        ),
         (
             f"{SJ}::test_one_interrupt_is_delivered_once_to_code_that_catches_it",
             f"{SJ}::test_one_interrupt_is_delivered_once_when_frame_and_signal_race",
@@ -1225,7 +1278,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M144",
         "an execution's interrupt claims go when it ends",
-        (Edit(SUP, "(self._claims / str(request)).rmdir()", "pass  # mutant M144"),),
+        (
+            Edit(
+                ESC,
+                "(self.path / str(request)).rmdir()",
+                "pass  # mutant M144",
+            ),
+        ),
         (f"{SJ}::test_one_interrupt_is_delivered_once_to_code_that_catches_it",),
     ),
     Mutant(
@@ -1234,7 +1293,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 SUP,
-                "self._remove_claims() if self._own_log_dir",
+                "self._claims.remove() if self._own_log_dir",
                 "if self._own_log_dir",
             ),
         ),
@@ -1245,8 +1304,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "Julia is told where the claims are",
         (
             Edit(
-                SUP,
-                'env["JUTUL_JKERNEL_CLAIMS"] = str(claims)',
+                PROC,
+                "env[settings.CLAIMS] = str(claims)",
                 "pass  # mutant M146",
             ),
         ),
@@ -1257,8 +1316,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "code that caught a SIGINT and goes on is asked again, as a new request: no restart",
         (
             Edit(
-                SUP,
-                "if claimed and not ex.forced and ex.acks < acks + 2:",
+                ESC,
+                "if claimed and not it.forced and it.acks < acks + 2:",
                 "if False:  # mutant M147",
             ),
         ),
@@ -1267,7 +1326,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M148",
         "the claims directory is named absolutely: Julia finds it from its own cwd",
-        (Edit(SUP, "self._claims = Path(made).absolute()", "self._claims = Path(made)"),),
+        (
+            Edit(
+                ESC,
+                "self.path = Path(tempfile.mkdtemp(prefix=\"claims-\", dir=beside)).absolute()",
+                "self.path = Path(tempfile.mkdtemp(prefix=\"claims-\", dir=beside))  # mutant "
+                "M148",
+            ),
+        ),
         (f"{SJ}::test_the_claims_directory_goes_with_the_supervisor",),
     ),
     Mutant(
@@ -1454,8 +1520,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 SUP,
-                r"(?re)said = self\._post_mortem\(j\)$",
-                'said = self._post_mortem(j) and ""  # mutant M161',
+                r"(?re)said = j\.post_mortem\(\)$",
+                "said = j.post_mortem() and \"\"  # mutant M161",
             ),
         ),
         (f"{FT}::test_julia_stalling_before_the_handshake_times_out",),

@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 from jutul_jkernel.agent import MARKER, escape_body, unescape_body
-from jutul_jkernel.supervisor import default_threads
+from jutul_jkernel.julia_process import default_threads
 
 from .conftest import REAP_GRACE, SHARED_KERNEL_PIDS
 

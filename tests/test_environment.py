@@ -18,7 +18,9 @@ import psutil
 import pytest
 import pytest_asyncio
 
-from jutul_jkernel.supervisor import ExecutionResult, JuliaSupervisor, _split_startup_file_flag
+from jutul_jkernel.julia_process import split_startup_file_flag
+from jutul_jkernel.results import ExecutionResult
+from jutul_jkernel.supervisor import JuliaSupervisor
 
 from .conftest import SHARED, STARTUP_TIMEOUT, Output
 
@@ -197,7 +199,7 @@ async def test_interrupting_a_hanging_startup_file(tmp_path: Path) -> None:
 def test_startup_file_flag_is_taken_from_julias_arguments(
     args: list[str], rest: list[str], wanted: bool
 ) -> None:
-    assert _split_startup_file_flag(args) == (rest, wanted)
+    assert split_startup_file_flag(args) == (rest, wanted)
 
 
 async def test_julia_itself_never_runs_the_startup_file(tmp_path: Path) -> None:

@@ -31,7 +31,9 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 from jutul_jkernel import _resources
-from jutul_jkernel.supervisor import ExecutionResult, JuliaSupervisor
+from jutul_jkernel.results import ExecutionResult
+from jutul_jkernel.sink import Display, OutputSink
+from jutul_jkernel.supervisor import JuliaSupervisor
 
 from .conftest import SHARED, STARTUP_TIMEOUT, Output, shared_kernel
 from .test_kernel_client import execute
@@ -52,13 +54,11 @@ async def run(
     code: str,
     cell: int,
     out: Output | None = None,
-    shown: list[dict[str, Any]] | None = None,
+    shown: list[Display] | None = None,
 ) -> ExecutionResult:
     """Run ``code`` as notebook cell ``In[cell]`` (hooks run, ``In``/``Out`` are kept)."""
-    on_display = shown.append if shown is not None else None
-    return await asyncio.wait_for(
-        julia.execute(code, out, on_display=on_display, name=f"In[{cell}]"), CELL_BOUND
-    )
+    sink = OutputSink(out, shown.append if shown is not None else None)
+    return await asyncio.wait_for(julia.execute(code, sink, name=f"In[{cell}]"), CELL_BOUND)
 
 
 async def ok(julia: JuliaSupervisor, code: str, cell: int, **kw: Any) -> str:
@@ -265,12 +265,12 @@ async def test_plots_inline_displays_through_inline_display(julia: JuliaSupervis
     """`display(Main.IJulia.InlineDisplay(), plt)` shows the plot in the cell, after a
     `clear_output(wait=true)`, as the kernel's own display would."""
     await ok(julia, PLOTS_1_38, 5)
-    shown: list[dict[str, Any]] = []
+    shown: list[Display] = []
     await ok(julia, "PlotsStandIn.inline(); nothing", 6, shown=shown)
-    assert [m["type"] for m in shown] == ["clear_output", "display_data"], shown
-    assert shown[0]["wait"]
-    assert shown[1]["data"]["image/png"] == B64_PNG, shown[1]
-    assert shown[1]["data"]["text/plain"].endswith("Plot()"), shown[1]
+    assert [m.kind for m in shown] == ["clear_output", "display_data"], shown
+    assert shown[0].wait
+    assert shown[1].data["image/png"] == B64_PNG, shown[1]
+    assert shown[1].data["text/plain"].endswith("Plot()"), shown[1]
     # The MIME form of IJulia's display, and its displayable, go the same way.
     shown.clear()
     code = (
@@ -278,7 +278,7 @@ async def test_plots_inline_displays_through_inline_display(julia: JuliaSupervis
         'displayable(d, MIME("image/png"))'
     )
     assert await ok(julia, code, 7, shown=shown) == "true"
-    assert [m["data"].get("text/html") for m in shown] == ["<b>hi</b>"], shown
+    assert [m.data.get("text/html") for m in shown] == ["<b>hi</b>"], shown
 
 
 @module_loop
@@ -349,9 +349,9 @@ async def test_pyplot_hooks_show_figures_after_each_cell(julia: JuliaSupervisor)
     that fails is closed unshown; each cell starts a new figure; `withfig` keeps its figure."""
     await ok(julia, PYPLOT_2_11, 10)
     try:
-        shown: list[dict[str, Any]] = []
+        shown: list[Display] = []
         assert await ok(julia, "PyPlotStandIn.figure(); 1", 11, shown=shown) == "1"
-        assert [m["data"]["image/png"] for m in shown] == [B64_PNG], shown
+        assert [m.data["image/png"] for m in shown] == [B64_PNG], shown
         shown.clear()
         r = await run(julia, 'PyPlotStandIn.figure(); error("boom")', 12, shown=shown)
         assert r.status == "error" and shown == [], (r, shown)
@@ -416,13 +416,13 @@ async def test_rcall_hooks_show_r_plots_after_each_cell(julia: JuliaSupervisor) 
     await ok(julia, RCALL_0_14, 20)
     try:
         plot = 'write(joinpath(RCallStandIn.IJULIA_FILE_DIR[], "rij_001"), {}); nothing'
-        shown: list[dict[str, Any]] = []
+        shown: list[Display] = []
         await ok(julia, plot.format(PNG_JULIA), 21, shown=shown)
-        assert [m["data"].get("image/png") for m in shown] == [B64_PNG], shown
+        assert [m.data.get("image/png") for m in shown] == [B64_PNG], shown
         shown.clear()
         await ok(julia, 'RCallStandIn.IJULIA_MIME[] = MIME"image/svg+xml"(); nothing', 22)
         await ok(julia, plot.format(json.dumps(SVG)), 23, shown=shown)
-        assert [m["data"].get("image/svg+xml") for m in shown] == [SVG], shown
+        assert [m.data.get("image/svg+xml") for m in shown] == [SVG], shown
         shown.clear()
         r = await run(julia, plot.format(json.dumps(SVG)) + '; error("boom")', 24, shown=shown)
         assert r.status == "error" and shown == [], (r, shown)
@@ -461,10 +461,10 @@ async def test_quarto_registers_pdf_figures(julia: JuliaSupervisor) -> None:
         r = await run(julia, code, 31)
         assert r.status == "ok" and r.data is not None, r
         assert base64.b64decode(r.data["application/pdf"]) == b"%PDF-1.4\n" + PNG, r.data
-        shown: list[dict[str, Any]] = []
+        shown: list[Display] = []
         await ok(julia, QUARTO_OJS, 32, shown=shown)
         html = "<script type='ojs-define'>{}</script>"
-        assert [m["data"].get("text/html") for m in shown] == [html], shown
+        assert [m.data.get("text/html") for m in shown] == [html], shown
     finally:
         await ok(julia, "empty!(JKernel.REGISTERED_MIMES); nothing", 33)
 

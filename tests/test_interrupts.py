@@ -17,6 +17,7 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
+from jutul_jkernel.sink import OutputSink
 from jutul_jkernel.supervisor import JuliaSupervisor
 
 from .conftest import STARTUP_TIMEOUT, StartSignal, shared_kernel
@@ -57,14 +58,13 @@ async def test_print_flood_stops_by_frame_and_keeps_state(before: str) -> None:
     async def slow_consumer() -> None:
         await asyncio.sleep(0.05)
 
-    async with JuliaSupervisor(
-        backpressure=slow_consumer, startup_timeout=STARTUP_TIMEOUT
-    ) as julia:
+    async with JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT) as julia:
         await julia.execute("keep = 42")
         await julia.execute(before)
         for _ in range(3):
             received = 0
-            task = asyncio.ensure_future(julia.execute(FLOOD, on_output))
+            sink = OutputSink(on_output, backpressure=slow_consumer)
+            task = asyncio.ensure_future(julia.execute(FLOOD, sink))
             while received < 1_000_000:  # flooding for real, with a backlog behind it
                 await asyncio.sleep(0.01)
             await julia.interrupt()

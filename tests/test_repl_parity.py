@@ -22,6 +22,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 from jutul_jkernel import _resources
+from jutul_jkernel.sink import Display, OutputSink
 from jutul_jkernel.supervisor import JuliaSupervisor
 
 from .conftest import STARTUP_TIMEOUT, shared_kernel
@@ -322,7 +323,7 @@ def test_using_ijulia_binds_the_kernels_module(kernel: Kernel) -> None:
 
 async def test_display_and_clear_output_from_another_thread() -> None:
     """A Threads.@spawn task may display: the work hops to the server's thread."""
-    shown: list[dict] = []
+    shown: list[Display] = []
     async with JuliaSupervisor(threads=2, startup_timeout=STARTUP_TIMEOUT) as julia:
         # Threads.@spawn may run its task on thread 1 when thread 1 is idle (it often was once
         # Julia no longer pumped its own output); @threads' static schedule puts k = 2 on
@@ -339,14 +340,14 @@ async def test_display_and_clear_output_from_another_thread() -> None:
             "    where[] = Threads.threadid()\n"
             "end\n"
             "where[]",
-            on_display=shown.append,
+            OutputSink(display=shown.append),
             name="In[1]",
         )
         assert r.status == "ok", r
         assert r.text == "2"  # it did run on another thread
-        kinds = [m["type"] for m in shown]
+        kinds = [m.kind for m in shown]
         assert kinds == ["display_data"] * 20 + ["clear_output"], shown
-        assert shown[0]["data"]["text/html"] == "<b>from thread 2</b>"
+        assert shown[0].data["text/html"] == "<b>from thread 2</b>"
 
 
 def test_is_complete_answers_unknown_while_julia_is_busy(kernel: Kernel, tmp_path: Path) -> None:

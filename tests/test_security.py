@@ -151,7 +151,7 @@ async def test_impostors_are_refused_and_logged(
             s.close()
         """,
     )
-    caplog.set_level(logging.WARNING, logger="jutul_jkernel.supervisor")
+    caplog.set_level(logging.WARNING, logger="jutul_jkernel.handshake")
     report = tmp_path / "address"
     sup = JuliaSupervisor(
         julia=fake, env={"FAKE_REPORT": str(report)}, startup_timeout=STARTUP_TIMEOUT
@@ -164,7 +164,7 @@ async def test_impostors_are_refused_and_logged(
     refusals = [
         r.getMessage()
         for r in caplog.records
-        if r.name == "jutul_jkernel.supervisor" and r.levelno >= logging.WARNING
+        if r.name == "jutul_jkernel.handshake" and r.levelno >= logging.WARNING
     ]
     assert len([m for m in refusals if m.startswith("refused a connection")]) == 3, refusals
     assert any("not RDY with the right token" in m for m in refusals), refusals

@@ -26,9 +26,6 @@ PACKAGE = ROOT / "jutul_jkernel"
 # A fresh Python importing the kernel (ipykernel and all) takes a second or two here.
 IMPORT_BOUND = 60.0
 NAME = re.compile(r"JUTUL_JKERNEL_[A-Z_]+")
-# Modules that still spell the names themselves until they switch to settings.py (issue 22
-# step 4: the lead moves supervisor.py over). Each must still spell one, or leave this list.
-NOT_YET_SWITCHED = ("supervisor.py",)
 
 
 def _fresh_python(code: str, env: dict[str, str]) -> list[str]:
@@ -159,8 +156,6 @@ def test_code_outside_settings_uses_the_constants() -> None:
         for path in sorted(PACKAGE.glob("*.py"))
         if path.name != "settings.py" and (names := _spelled_in_code(path))
     }
-    for name in NOT_YET_SWITCHED:
-        assert spelled.pop(name, None), f"{name} uses settings.py now: drop it from the list"
     assert spelled == {}
 
 

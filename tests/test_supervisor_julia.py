@@ -14,19 +14,16 @@ import textwrap
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 import pytest_asyncio
 
-from jutul_jkernel import protocol, supervisor
-from jutul_jkernel.supervisor import (
-    ExecutionResult,
-    JuliaDiedError,
-    JuliaStartupError,
-    JuliaSupervisor,
-)
+from jutul_jkernel import escalation, protocol
+from jutul_jkernel.errors import JuliaDiedError, JuliaStartupError
+from jutul_jkernel.results import ExecutionResult
+from jutul_jkernel.sink import Display, OutputSink
+from jutul_jkernel.supervisor import JuliaSupervisor
 
 from .conftest import SHARED, STARTUP_TIMEOUT, Output, StartSignal, julia_descendants
 
@@ -38,7 +35,9 @@ INTERRUPT_BOUND = 15.0
 CELL_BOUND = 30.0
 
 
-async def run(julia: JuliaSupervisor, code: str, out: Output | None = None) -> ExecutionResult:
+async def run(
+    julia: JuliaSupervisor, code: str, out: Output | OutputSink | None = None
+) -> ExecutionResult:
     return await asyncio.wait_for(julia.execute(code, out), CELL_BOUND)
 
 
@@ -231,13 +230,11 @@ async def test_c_output_larger_than_a_pipe_arrives_whole() -> None:
     async def slow_consumer() -> None:  # IOPub well behind: the pipes fill up
         await asyncio.sleep(0.2)
 
-    async with JuliaSupervisor(
-        backpressure=slow_consumer, startup_timeout=STARTUP_TIMEOUT
-    ) as julia:
+    async with JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT) as julia:
         for before in ("nothing", "run(`true`)"):
             assert (await run(julia, before)).status == "ok"
             out = Output()
-            r = await run(julia, C_FLOOD, out)
+            r = await run(julia, C_FLOOD, OutputSink(out, backpressure=slow_consumer))
             assert r.status == "ok", (before, r)
             lines = out.text().splitlines()
             assert len(lines) == 200_000, (before, len(lines))
@@ -277,21 +274,17 @@ async def test_output_keeps_its_place_around_displays(julia: JuliaSupervisor, re
     def on_output(stream: str, data: bytes) -> None:
         seen.append(data.decode())
 
-    def on_display(msg: dict[str, Any]) -> None:
-        seen.append(f"[{msg['data']['text/plain']}]")
+    def on_display(shown: Display) -> None:
+        seen.append(f"[{shown.data['text/plain']}]")
 
     async def slow_iopub() -> None:
         await asyncio.sleep(0.02)
 
     code = 'for i in 1:20; print("x" ^ 50_000, i); display(i); print("y", i); end'
-    kept = julia.backpressure
-    if reading != "steady":
-        julia.backpressure = slow_iopub
-    try:
-        cell = julia.execute(code, on_output, on_display=on_display)
-        r = await asyncio.wait_for(cell, CELL_BOUND)
-    finally:
-        julia.backpressure = kept
+    sink = OutputSink(
+        on_output, on_display, backpressure=None if reading == "steady" else slow_iopub
+    )
+    r = await asyncio.wait_for(julia.execute(code, sink), CELL_BOUND)
     assert r.status == "ok"
     want = "".join(f"{'x' * 50_000}{i}[{i}]y{i}" for i in range(1, 21))
     got = "".join(seen)
@@ -300,15 +293,15 @@ async def test_output_keeps_its_place_around_displays(julia: JuliaSupervisor, re
 
 async def test_logging_and_display_are_captured(julia: JuliaSupervisor, output: Output) -> None:
     """@warn goes to stderr and display(x) to the display callback, in order with prints."""
-    shown: list[dict[str, object]] = []
+    shown: list[Display] = []
     code = 'println("before"); @warn "careful"; display([1, 2]); println("after")'
-    r = await asyncio.wait_for(julia.execute(code, output, on_display=shown.append), CELL_BOUND)
+    r = await asyncio.wait_for(julia.execute(code, OutputSink(output, shown.append)), CELL_BOUND)
     assert r.status == "ok"
     assert "careful" in output.text("stderr")
     assert output.text() == "before\nafter\n"
     assert len(shown) == 1
-    assert shown[0]["type"] == "display_data"
-    assert "2-element" in shown[0]["data"]["text/plain"]  # type: ignore[index]
+    assert shown[0].kind == "display_data"
+    assert "2-element" in shown[0].data["text/plain"]
 
 
 async def test_display_without_callback_falls_back_to_text(
@@ -353,7 +346,9 @@ async def test_stdin_is_answered_by_the_input_callback(
         return "Ada"
 
     r = await asyncio.wait_for(
-        julia.execute('print("name? "); n = readline(); "hi " * n', output, on_input=answer),
+        julia.execute(
+            'print("name? "); n = readline(); "hi " * n', OutputSink(output, input=answer)
+        ),
         CELL_BOUND,
     )
     assert r.text == '"hi Ada"'
@@ -657,7 +652,7 @@ async def test_one_interrupt_is_delivered_once_to_code_that_catches_it(
     assert result.interrupt_path == "sigint", result
     assert result.notice is None, result.notice
     assert julia.alive and julia.pid == pid
-    claims = julia._claims
+    claims = julia._claims.path
     assert claims is not None and not list(claims.iterdir()), "claims left after the cell"
 
 
@@ -704,7 +699,7 @@ async def test_a_request_the_listener_claimed_gets_no_sigint(
     supervisor is told it lost the claim; the cell computes past the silence, then sleeps,
     where the listener reads the frame (and claims the request) and delivers it."""
     julia = warm_julia
-    monkeypatch.setattr(julia, "_claim", lambda request: False)
+    monkeypatch.setattr(julia._claims, "claim", lambda request: False)
     code = (
         "function late_reader(); {started}; t = time(); "
         "while time() - t < 0.5; global junk = rand(100); end; sleep(1000); end; late_reader()"
@@ -722,7 +717,7 @@ async def test_code_that_caught_a_signal_and_goes_on_is_asked_again_not_restarte
     wait for its result gets the interrupt again, as a new request, in the same Julia: no
     restart. (The wait is shortened here; its length is not the promise.)"""
     julia = warm_julia
-    monkeypatch.setattr(supervisor, "_AFTER_SIGNAL_WAIT", 1.0)
+    monkeypatch.setattr(escalation, "_AFTER_SIGNAL_WAIT", 1.0)
     assert (await run(julia, "keep = 8")).status == "ok"
     pid = julia.pid
     code = (
@@ -754,7 +749,7 @@ async def test_the_claims_directory_goes_with_the_supervisor(
     sup = JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT, log_dir="logs", cwd=elsewhere)
     try:
         await sup.start()
-        claims = sup._claims
+        claims = sup._claims.path
         assert claims is not None and claims.is_absolute(), claims
         assert claims.is_dir() and claims.parent == tmp_path / "logs"
         seen = await run(sup, "(isdir(JKernel.CLAIMS_DIR[]), JKernel.CLAIMS_DIR[])")
@@ -976,9 +971,12 @@ async def test_queries_fail_fast_when_julia_dies(
     # The spin never yields, so Julia cannot answer: the query stays pending until the death.
     query = asyncio.create_task(julia.complete("prin", 4))
     deadline = time.monotonic() + CELL_BOUND
-    while not julia._waiters and not query.done() and time.monotonic() < deadline:
+    julia_process = julia._julia
+    assert julia_process is not None
+    replies = julia_process.replies
+    while not replies._waiting and not query.done() and time.monotonic() < deadline:
         await asyncio.sleep(0)  # let the query task send its frame and register its waiter
-    assert julia._waiters and not query.done(), "the query was not pending"
+    assert replies._waiting and not query.done(), "the query was not pending"
     assert julia.pid is not None
     os.kill(julia.pid, signal.SIGKILL)
     with pytest.raises(JuliaDiedError):

@@ -1,0 +1,400 @@
+"""Interrupt escalation: INT frame, SIGINT, a burst of SIGINTs, a restart; each step only until
+Julia takes the interrupt. One :class:`Interrupt` record per execution holds all of its
+interrupt state, and only the :class:`InterruptLadder` moves it up the steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import JuliaDiedError
+from .julia_process import REAP_WAIT, JuliaProcess
+from .protocol import FrameKind, encode
+from .results import ExecutionResult, InterruptStep
+
+log = logging.getLogger(__name__)
+
+# Julia ACKs an interrupt as soon as it reached the evaluation: the listener when it hands an
+# INT frame over, the evaluation when it catches one that came by signal (run_cell in eval.jl:
+# the cell's code has unwound). An ACK of the latter kind ends the escalation; the cell then
+# ends in its own time (rendering the error can take a second when cold), and pressing stop
+# again starts a new escalation.
+# An INT frame stops every cell that yields (sleep, I/O, printing) and is ACKed in ~1 ms; a cell
+# that computes never lets the server read it, so after this long without an ACK, and without
+# any frame from Julia, we send SIGINT, which lands at the next safepoint (~2 ms for allocating
+# code). While frames still arrive, the ACK is queued behind them (a cell printing flat out) and
+# we keep waiting, up to _INT_ACK_MAX: a SIGINT that reaches Julia while it waits in libuv can
+# unwind through a libuv callback, and once left a pipe pump deaf, so that the cell never ended
+# (seen in 1 of ~30 print floods through the kernel).
+_INT_ACK_WAIT = 0.02
+_INT_ACK_MAX = 3.0
+# One request, one delivery (issue 21). The INT frame and the SIGINT that follows it are two
+# ways to deliver one request, and either alone may be late: the listener reads the frame only
+# when the cell yields, perhaps long after the SIGINT (a cell that catches the interrupt and
+# prints a report), or just as the silence runs out, so that its ACK and our SIGINT cross. A
+# round trip (the listener asks, we answer "deliver" or "drop") only moves the race: the answer
+# too is read only when the cell next yields. So the two sides race for the request on an
+# atomic primitive both have, mkdir of <claims>/<request> (POSIX mkdir(2), Windows
+# CreateDirectoryW; Julia's `mkdir` is uv_fs_mkdir, JuliaLang/julia release-1.10,
+# release-1.12 and master base/file.jl): the listener delivers the frame only if it made the
+# directory, we send the SIGINT only if we did. A listener that finds it made already answers
+# ACK all the same: it runs, so the SIGINT, sent as we claimed, lands at its next safepoint.
+# The listener's ACK says only that the INT frame was handed to the cell. Code that catches the
+# interrupt can go on, or hang: Pkg's precompile (JuliaLang/julia release-1.12
+# base/precompilation.jl, and Pkg release-1.10 src/precompilation.jl) catches it in
+# `wait(interrupted_or_done)` and then, with stderr not a TTY, waits in `handle_interrupt` for a
+# print task that waits for `first_started`, notified only after that wait returns (audit N14).
+# Unless the cell's code unwinds (run_cell's own ACK) or the cell ends within this long, or
+# while Julia compiles (a cold run_cell's error path: see _COMPILE_WAIT), the escalation goes
+# on to the SIGINT below, which also reaches the child processes in Julia's group, as Ctrl-C in
+# a terminal does.
+_UNWIND_WAIT = 1.0
+# Allocating loops and blocking ccalls ACK a SIGINT within milliseconds (bench: "interrupt"
+# rows); past this the code has no safepoint (a float spin) and we send a burst, which makes
+# Julia force the throw. Short, so that every shape stops within a second; not shorter, since
+# Julia also forces the throw into its compiler, which a cold cell may be in for a while.
+_SIGINT_WAIT = 0.5
+# Julia defers a SIGINT while it compiles, and a forced throw that lands in its compiler wedges
+# or crashes it (seen: interrupting a cold `] add`, 4 of 4 trials lost the session). Compiling
+# touches new memory all the time and a loop without safepoints none, so while the main thread
+# has taken a page fault within the last _COMPILE_QUIET we wait for the deferred SIGINT instead
+# of forcing, up to _COMPILE_WAIT. Where /proc is missing we force as before.
+_COMPILE_SAMPLE = 0.1
+_COMPILE_QUIET = 0.5  # LLVM's own passes can go a quarter second without a new page
+_COMPILE_WAIT = 30.0
+_BURST_COUNT = 5
+_BURST_GAP = 0.05
+# After a forced throw the ACK follows within milliseconds; past this we restart.
+_BURST_WAIT = 3.0
+# Once a signal was taken, the cell's result follows within seconds (rendering the error is
+# the slow part when cold); past this Julia is wedged and restarted. Unless the cell's code
+# caught the interrupt (no ACK from run_cell, only the listener's for the claimed request) and
+# goes on: it gets the interrupt again, as a new request, as the INT frame's rung does after
+# _UNWIND_WAIT; a wedged Julia ends in that request's restart.
+_AFTER_SIGNAL_WAIT = 15.0
+# From an interrupt until Julia acknowledges it, output still arriving is dropped beyond this
+# much: a flood's megabytes in flight would hold IOPub, and the cell's error, behind them.
+_KEPT_IN_FLIGHT = 8 * 1024
+
+
+def settle_wait() -> float:
+    """How long the whole escalation, then a kill, can take: a cancelled execution waits this."""
+    return (
+        _INT_ACK_MAX
+        + _UNWIND_WAIT
+        + _COMPILE_WAIT
+        + _SIGINT_WAIT
+        + _COMPILE_WAIT
+        + _BURST_COUNT * _BURST_GAP
+        + _BURST_WAIT
+        + _AFTER_SIGNAL_WAIT
+        + 2 * REAP_WAIT
+    )
+
+
+@dataclass
+class Interrupt:
+    """All the interrupt state of one execution; only the ladder changes ``step``."""
+
+    execution: int  # the execution's id: its INT frames and ACKs carry it
+    result: asyncio.Future[ExecutionResult]  # the execution's fate
+    step: InterruptStep | None = None  # how far the latest escalation went; None: never
+    furthest: InterruptStep | None = None  # how far any escalation of this execution went
+    task: asyncio.Task[None] | None = None  # the escalation under way
+    taken: bool = False  # Julia took the current interrupt; the cell may still go on
+    again: bool = False  # another interrupt was asked for while one was under way
+    acks: int = 0  # ACK frames of this execution so far (the listener's and run_cell's)
+    requests: list[int] = field(default_factory=list)  # its interrupt requests (claims)
+    # From an interrupt request until Julia ACKs it, output beyond _KEPT_IN_FLIGHT is dropped
+    # rather than delivered: it was printed before the interrupt, and a cell printing flat out
+    # can have megabytes in flight, which IOPub would send before the cell's error.
+    discarding: bool = False
+    kept_in_flight: int = 0  # bytes passed on while an interrupt was on its way
+    dropped_bytes: int = 0
+
+    def reach(self, step: InterruptStep) -> None:
+        self.step = step
+        self.furthest = step if self.furthest is None else max(self.furthest, step)
+
+    @property
+    def signalled(self) -> bool:
+        """A SIGINT was sent (one may still be on its way)."""
+        return self.furthest is not None and self.furthest >= InterruptStep.SIGINT
+
+    @property
+    def forced(self) -> bool:
+        return self.furthest is not None and self.furthest >= InterruptStep.FORCED
+
+    @property
+    def restarted(self) -> bool:
+        """Julia was killed for this execution's interrupt."""
+        return self.furthest is InterruptStep.RESTART
+
+    def heard(self, *, ack: bool) -> None:
+        """Julia answered this execution (an ACK, or another reply under its id): what it
+        writes from now on was written after the interrupt."""
+        self.discarding = False
+        self.acks += ack
+
+    def notices(self, *, interrupted: bool) -> list[str]:
+        """What the user must be told of this execution's interrupts, once it ended."""
+        notices = []
+        if interrupted and self.forced:
+            notices.append(
+                "The interrupt had to be forced (the code was not at a safepoint); "
+                "Julia's state may be inconsistent. Restart if anything misbehaves."
+            )
+        if self.dropped_bytes:
+            notices.append(
+                f"Output cut short: {self.dropped_bytes} bytes printed before the interrupt "
+                "reached Julia were dropped, so that the interrupt did not wait for them."
+            )
+        return notices
+
+    def pass_on(self, data: bytes) -> bytes:
+        """What of output just read is passed on: all of it, or while an interrupt is on its
+        way the first few KiB (the last lines the cell printed before it was stopped); the rest
+        of a flood in flight is dropped, and the result says so."""
+        if not self.discarding:
+            return data
+        kept = data[: max(0, _KEPT_IN_FLIGHT - self.kept_in_flight)]
+        self.kept_in_flight += len(kept)
+        self.dropped_bytes += len(data) - len(kept)
+        return kept
+
+
+class Claims:
+    """The directory where the INT frame and the SIGINT race for each interrupt request (see
+    _INT_ACK_MAX); one per supervisor, so request ids never repeat in it."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+
+    def make(self, beside: Path) -> Path | None:
+        """Make it (once) in ``beside``; None if it cannot be (both sides then deliver as they
+        can, as before claims)."""
+        if self.path is None:
+            try:
+                # Absolute: Julia runs in another working directory (cwd) than a relative
+                # log directory is relative to.
+                self.path = Path(tempfile.mkdtemp(prefix="claims-", dir=beside)).absolute()
+            except OSError as exc:
+                log.warning("no interrupt claims directory in %s: %s", beside, exc)
+        return self.path
+
+    def claim(self, request: int) -> bool:
+        """Claim ``request`` for a SIGINT; False if Julia's listener claimed it for the INT
+        frame. Signal at once after a True: no await between."""
+        if self.path is None:
+            return True
+        try:
+            (self.path / str(request)).mkdir()
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            log.warning("could not claim interrupt %s (%s); signalling anyway", request, exc)
+        return True
+
+    def settle(self, requests: list[int]) -> None:
+        """Julia claims only for the running evaluation (or one not started): once it ended,
+        its claims are settled."""
+        for request in requests:
+            if self.path is not None:
+                with contextlib.suppress(OSError):
+                    (self.path / str(request)).rmdir()
+
+    def remove(self) -> None:
+        path, self.path = self.path, None
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+class InterruptLadder:
+    """Escalates the interrupt requests of executions (one supervisor's)."""
+
+    def __init__(self, claims: Claims, new_id: Callable[[], int]) -> None:
+        self.claims = claims
+        self._new_id = new_id  # () -> a request id never used before by this supervisor
+
+    def request(self, it: Interrupt, j: JuliaProcess | None) -> None:
+        """The user asked to interrupt (again): escalate, unless an escalation under way
+        answers it."""
+        if it.task and not it.task.done():
+            if not it.taken:
+                # The escalation under way answers it; should the cell catch that interrupt and
+                # go on, this one starts over once Julia has taken it.
+                it.again = True
+                return
+            it.task.cancel()  # Julia took the last one and the cell went on: start over
+        self._start(it, j)
+
+    def ensure(self, it: Interrupt, j: JuliaProcess | None) -> None:
+        """An escalation is under way (a cancelled execution must end)."""
+        if it.task is None or it.task.done():
+            it.task = asyncio.create_task(self._escalate(it, j))
+
+    def finish(self, it: Interrupt) -> bool:
+        """The execution ended: stop escalating, settle its claims. Whether a SIGINT of its may
+        still be on its way (the next execution must sync first)."""
+        if it.task is not None and not it.task.done():
+            it.task.cancel()
+        self.claims.settle(it.requests)
+        return it.signalled and not it.restarted
+
+    def _start(self, it: Interrupt, j: JuliaProcess | None) -> None:
+        it.taken = it.again = False
+        it.task = asyncio.create_task(self._escalate(it, j))
+
+    def _start_over_if_asked_again(self, it: Interrupt, j: JuliaProcess) -> bool:
+        """Julia took the interrupt; if another was asked for meanwhile and the cell goes on
+        (its code caught the first), escalate anew for that one. Whether it did."""
+        if not it.again or it.result.done():
+            return False
+        self._start(it, j)
+        return True
+
+    async def _escalate(self, it: Interrupt, j: JuliaProcess | None) -> None:
+        """INT frame, SIGINT, a burst of SIGINTs, a restart: each step only until Julia ACKs."""
+        if j is None or j.dead:
+            return
+        ack = j.replies.expect(it.execution)
+        it.discarding = True
+        if j.pipes is not None:
+            j.pipes.resume()  # an interrupt never waits for output to drain: it is dropped now
+        try:
+            it.reach(InterruptStep.FRAME)
+            acks = it.acks
+            request = self._new_id()
+            it.requests.append(request)
+            await j.send(encode(FrameKind.INT, it.execution, request))
+            handed = await _acked_before_silence(j, it, ack)
+            if not handed and not self.claims.claim(request):
+                # The listener claimed it as the silence ran out: the frame delivers it, and
+                # its ACK is on the way.
+                await _taken(it, ack, _INT_ACK_MAX)
+                handed = True
+            if handed:
+                # Handed over; the cell's own ACK follows the listener's once its code unwound.
+                # Cold, unwinding means compiling run_cell's error path: wait while it compiles.
+                ack = j.replies.expect(it.execution)
+                faults = j.main_thread_faults()
+                if (
+                    it.acks >= acks + 2
+                    or await _taken(it, ack, _UNWIND_WAIT)
+                    or await _taken_while_compiling(j, it, ack, faults)
+                ):
+                    self._start_over_if_asked_again(it, j)
+                    return
+                log.info(
+                    "execution %s goes on after its interrupt; interrupting again", it.execution
+                )
+            it.reach(InterruptStep.SIGINT)
+            faults = j.main_thread_faults()
+            log.debug("execution %s: no ACK of the INT frame; sending SIGINT", it.execution)
+            j.interrupt()
+            claimed, acks = not handed, it.acks  # the SIGINT delivers this request
+            taken = await _taken(it, ack, _SIGINT_WAIT)
+            if not taken:
+                taken = await _taken_while_compiling(j, it, ack, faults)
+            if not taken:
+                log.warning("execution %s ignored SIGINT; forcing the interrupt", it.execution)
+                it.reach(InterruptStep.FORCED)
+                for _ in range(_BURST_COUNT):
+                    j.interrupt()
+                    if taken := await _taken(it, ack, _BURST_GAP):
+                        break
+                taken = taken or await _taken(it, ack, _BURST_WAIT)
+            # A signal can land anywhere, even in a libuv callback, and leave the server unable
+            # to finish the cell (seen twice in 120 interrupts under load). Taken, the cell ends
+            # in seconds; past _AFTER_SIGNAL_WAIT a restart beats a session that never answers.
+            # A cell whose own code caught the interrupt may go on meanwhile, and a new
+            # interrupt then starts over (see request()).
+            if taken:
+                log.debug("execution %s: Julia took the interrupt (%s)", it.execution, it.step)
+                it.taken = True
+                if self._start_over_if_asked_again(it, j) or await _finished(
+                    it, _AFTER_SIGNAL_WAIT
+                ):
+                    return
+                if claimed and not it.forced and it.acks < acks + 2:
+                    log.info("execution %s goes on after its interrupt; asking again", it.execution)
+                    self._start(it, j)
+                    return
+            log.warning("execution %s survived a forced interrupt; restarting Julia", it.execution)
+            it.reach(InterruptStep.RESTART)
+            await j.kill()
+        except (ConnectionError, JuliaDiedError):
+            return
+        finally:
+            # A late ACK finds no waiter and is dropped; a death finds no orphaned future. (A
+            # later escalation of the same execution has its own waiter under the same key.)
+            j.replies.forget(it.execution, ack)
+            if ack.done() and not ack.cancelled():
+                ack.exception()  # the death that woke it is the execution's to report
+
+
+async def _acked_before_silence(j: JuliaProcess, it: Interrupt, ack: asyncio.Future[Any]) -> bool:
+    """Wait for the ACK while Julia keeps sending frames; False after _INT_ACK_WAIT of silence."""
+    loop = asyncio.get_running_loop()
+    sent = loop.time()
+    while True:
+        until = min(max(sent, j.last_frame_at) + _INT_ACK_WAIT, sent + _INT_ACK_MAX)
+        left = until - loop.time()
+        if left <= 0:
+            return ack.done() or it.result.done()
+        if await _taken(it, ack, left):
+            return True
+
+
+async def _taken_while_compiling(
+    j: JuliaProcess, it: Interrupt, ack: asyncio.Future[Any], faults: int | None
+) -> bool:
+    """Wait for the ACK while Julia's main thread keeps touching new memory (see
+    _COMPILE_WAIT); False once it touched none for _COMPILE_QUIET, or at the bound. ``faults``
+    was read at least _COMPILE_QUIET ago."""
+    if faults is None:
+        return False
+    loop = asyncio.get_running_loop()
+    now = loop.time()
+    until = now + _COMPILE_WAIT
+    last_growth = now - _SIGINT_WAIT  # faults was read when the SIGINT was sent
+    logged = False
+    while True:
+        current = j.main_thread_faults()
+        now = loop.time()
+        if current is None or now >= until:
+            return False
+        if current != faults:
+            faults, last_growth = current, now
+            if not logged:
+                log.info(
+                    "execution %s: Julia is compiling; waiting for it to take the SIGINT",
+                    it.execution,
+                )
+                logged = True
+        elif now - last_growth >= _COMPILE_QUIET:
+            return False
+        if await _taken(it, ack, _COMPILE_SAMPLE):
+            return True
+
+
+async def _taken(it: Interrupt, ack: asyncio.Future[Any], timeout: float) -> bool:
+    """Wait up to ``timeout`` s for Julia to ACK the interrupt or end the execution."""
+    if not (ack.done() or it.result.done()):
+        await asyncio.wait({ack, it.result}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    return ack.done() or it.result.done()
+
+
+async def _finished(it: Interrupt, timeout: float) -> bool:
+    """Wait up to ``timeout`` s for the execution's result; return whether it came."""
+    if not it.result.done():
+        await asyncio.wait({it.result}, timeout=timeout)
+    return it.result.done()
