@@ -38,6 +38,7 @@ from traitlets import Dict as DictTrait
 
 from . import __version__, settings
 from .errors import JuliaDiedError, JuliaStartupError
+from .escalation import settle_wait
 from .kernel_supervisor import supervisor_from_env
 from .results import ExecutionResult
 from .sink import Display, OutputSink
@@ -53,9 +54,12 @@ _KERNEL_INFO_WAIT = 10.0
 # kernel_is_complete_timeout) can be matched with JUTUL_JKERNEL_IS_COMPLETE_WAIT (seconds).
 _IS_COMPLETE_WAIT = 0.8
 # interrupt_request returns (and ipykernel publishes its `idle`) only once the interrupted cell
-# has published its outcome, or after this long. The supervisor's escalation ends a cell well
-# within it, by a restart if nothing else works.
-_INTERRUPT_SETTLE_WAIT = 10.0
+# has published its outcome, however long that takes within the supervisor's escalation, which
+# ends every cell (by a restart if nothing else works): a fixed 10 s was outlasted once by a
+# cold error path under load. Another control request ends the wait at once (see
+# dispatch_control), so neither a shutdown nor a second interrupt queues behind it.
+_INTERRUPT_SETTLE_WAIT = settle_wait()
+_CONTROL_QUEUE_POLL = 0.02
 # jupyter_client gives a kernel 2.5 s after shutdown_request before SIGTERM.
 _SHUTDOWN_BUDGET = 2.0
 # How often a pending input_request checks the stdin socket for the frontend's reply.
@@ -134,6 +138,8 @@ class JuliaKernel(Kernel):
         self._tasks: set[asyncio.Task[Any]] = set()
         # Set while no cell runs, on the main loop (created there: see _start_julia).
         self._no_cell: asyncio.Event | None = None
+        self._control_received = 0  # control messages received (control thread only)
+        self._control_started = 0  # control messages whose handling began
         for msg_type in _UNSUPPORTED_CONTROL:
             self.control_handlers[msg_type] = self._unsupported_request
 
@@ -239,14 +245,34 @@ class JuliaKernel(Kernel):
         """
         self._interrupt_threadsafe()
         self._sess.send(stream, "interrupt_reply", {"status": "ok"}, parent, ident=ident)
-        if not await self._cell_settled(_INTERRUPT_SETTLE_WAIT):
-            # Seen once, in a test on a machine running four suites at once with the Julia side
-            # loaded from source: a console then shows a prompt before the cell's error.
-            self.log.warning(
-                "the interrupted cell had not ended %g s after interrupt_request; its idle goes "
-                "out first",
-                _INTERRUPT_SETTLE_WAIT,
-            )
+        settled = asyncio.ensure_future(self._cell_settled(_INTERRUPT_SETTLE_WAIT))
+        queued = asyncio.ensure_future(self._control_request_queued())
+        try:
+            await asyncio.wait({settled, queued}, return_when=asyncio.FIRST_COMPLETED)
+            if not settled.done() or not settled.result():
+                # A console then shows a prompt before the cell's error.
+                self.log.warning(
+                    "the interrupted cell had not ended when %s; its idle goes out first",
+                    "another control request came" if queued.done() else "the wait ran out",
+                )
+        finally:
+            queued.cancel()
+            settled.cancel()
+
+    # ipykernel handles control messages one at a time (a lock in 7.x, a queue in 6.x), so a
+    # handler that waits holds every later one behind it. These two count them, so that
+    # interrupt_request's wait for its cell ends as soon as another is queued.
+    def dispatch_control(self, msg: Any) -> Any:
+        self._control_received += 1
+        return super().dispatch_control(msg)
+
+    async def process_control(self, msg: Any) -> None:
+        self._control_started += 1
+        await super().process_control(msg)
+
+    async def _control_request_queued(self) -> None:
+        while self._control_received <= self._control_started:
+            await asyncio.sleep(_CONTROL_QUEUE_POLL)
 
     async def do_shutdown(self, restart: bool) -> dict[str, Any]:
         """Stop Julia within jupyter_client's patience, whether or not a restart follows."""

@@ -392,8 +392,32 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M27",
         "Ctrl-C in jupyter console shows the InterruptException before the next prompt",
-        (Edit(KER, "await self._cell_settled(_INTERRUPT_SETTLE_WAIT)", "pass"),),
+        (
+            Edit(
+                KER,
+                "settled = asyncio.ensure_future(self._cell_settled(_INTERRUPT_SETTLE_WAIT))",
+                "settled = asyncio.ensure_future(asyncio.sleep(0, True))  # mutant M27",
+            ),
+        ),
         (f"{IN}::test_console_sees_the_interrupted_cells_error_before_idle",),
+    ),
+    Mutant(
+        "M171",
+        "an interrupted cell's error comes before the interrupt's idle however late it is",
+        (Edit(KER, "_INTERRUPT_SETTLE_WAIT = settle_wait()", "_INTERRUPT_SETTLE_WAIT = 10.0"),),
+        (f"{IN}::test_an_interrupted_cells_error_comes_before_idle_however_late",),
+    ),
+    Mutant(
+        "M172",
+        "a control request is not held behind an interrupt's wait for its cell",
+        (
+            Edit(
+                KER,
+                "while self._control_received <= self._control_started:",
+                "while True:  # mutant M172",
+            ),
+        ),
+        (f"{IN}::test_a_control_request_is_not_held_behind_an_interrupted_cell",),
     ),
     Mutant(
         "M28",

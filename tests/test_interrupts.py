@@ -9,6 +9,7 @@ the ACK, and the result says how much.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import time
 from collections.abc import Iterator
@@ -132,31 +133,32 @@ def test_print_flood_through_jupyter_client_keeps_the_session(kernel: Kernel, be
         assert result_of(outputs) == "42"
 
 
-@pytest.mark.e2e
-def test_console_sees_the_interrupted_cells_error_before_idle(kernel: Kernel) -> None:
-    """The interrupt_request's idle comes after the cell's error on IOPub.
-
-    jupyter_console stops reading a cell's IOPub at the first idle of its session, the
-    interrupt_request's included, then reads the execute_reply: had that idle come first,
-    Ctrl-C would print a new prompt and never the InterruptException.
-    """
-    km, kc = kernel
+def _interrupt_and_watch(kc: BlockingKernelClient, then_on_control: str | None = None) -> list[str]:
+    """Run a cell that sleeps, send interrupt_request (and then ``then_on_control``, another
+    control request), and return the order of what matters on IOPub and control: "error",
+    "cell idle", "interrupt idle" and "<then_on_control> reply"."""
     started = kc.execute('println("started"); sleep(1000)')
     deadline = time.monotonic() + REPLY_TIMEOUT
-    seen: list[tuple[str, str]] = []
-    while not any(kind == "stream" for kind, _ in seen):  # the cell runs
+    while True:  # the cell runs
         assert time.monotonic() < deadline, "the cell never started"
-        try:
+        with contextlib.suppress(queue.Empty):
             msg = kc.get_iopub_msg(timeout=0.1)
-        except queue.Empty:
-            continue
-        if msg["parent_header"].get("msg_id") == started:
-            seen.append((msg["msg_type"], ""))
+            if msg["parent_header"].get("msg_id") == started and msg["msg_type"] == "stream":
+                break
     interrupt = kc.session.msg("interrupt_request", {})
     kc.control_channel.send(interrupt)
+    watched = {"interrupt idle", "cell idle"}
+    if then_on_control:
+        kc.control_channel.send(kc.session.msg(then_on_control, {}))
+        watched.add(f"{then_on_control} reply")
     order: list[str] = []
-    while "interrupt idle" not in order or "cell idle" not in order:
-        assert time.monotonic() < deadline, f"IOPub so far: {order}"
+    while not watched <= set(order):
+        assert time.monotonic() < deadline, f"so far: {order}"
+        if then_on_control:
+            with contextlib.suppress(queue.Empty):
+                reply = kc.control_channel.get_msg(timeout=0.01)
+                if reply["msg_type"] == then_on_control.replace("_request", "_reply"):
+                    order.append(f"{then_on_control} reply")
         try:
             msg = kc.get_iopub_msg(timeout=0.1)
         except queue.Empty:
@@ -169,12 +171,62 @@ def test_console_sees_the_interrupted_cells_error_before_idle(kernel: Kernel) ->
             order.append("error")
         elif parent == started and state == "idle":
             order.append("cell idle")
-    assert order.index("error") < order.index("interrupt idle"), order
     while True:  # its reply, so the next test starts clean
         reply = kc.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
         if reply["parent_header"].get("msg_id") == started:
             assert reply["content"]["ename"] == "InterruptException"
             break
+    return order
+
+
+@pytest.mark.e2e
+def test_console_sees_the_interrupted_cells_error_before_idle(kernel: Kernel) -> None:
+    """The interrupt_request's idle comes after the cell's error on IOPub.
+
+    jupyter_console stops reading a cell's IOPub at the first idle of its session, the
+    interrupt_request's included, then reads the execute_reply: had that idle come first,
+    Ctrl-C would print a new prompt and never the InterruptException.
+    """
+    _, kc = kernel
+    order = _interrupt_and_watch(kc)
+    assert order.index("error") < order.index("interrupt idle"), order
+
+
+# A post-error hook (user code, run after Julia took the interrupt and before the error goes
+# out) that takes a while: the interrupted cell publishes its error that long after the ACK.
+# Once a cold error path on a loaded machine outlasted the 10 s that interrupt_request then
+# waited for the cell (issue 21).
+SLOW_ERROR_HOOK = (
+    "slow_error_hook() = sleep({seconds}); IJulia.push_posterror_hook(slow_error_hook); nothing"
+)
+NO_SLOW_ERROR_HOOK = "IJulia.pop_posterror_hook(slow_error_hook); nothing"
+
+
+@pytest.mark.e2e
+def test_an_interrupted_cells_error_comes_before_idle_however_late(kernel: Kernel) -> None:
+    """No fixed bound: a cell that publishes its error 12 s after the interrupt still does so
+    before the interrupt_request's idle."""
+    _, kc = kernel
+    execute(kc, SLOW_ERROR_HOOK.format(seconds=12))
+    try:
+        order = _interrupt_and_watch(kc)
+    finally:
+        execute(kc, NO_SLOW_ERROR_HOOK)
+    assert order.index("error") < order.index("interrupt idle"), order
+
+
+@pytest.mark.e2e
+def test_a_control_request_is_not_held_behind_an_interrupted_cell(kernel: Kernel) -> None:
+    """interrupt_request waits for its cell, but another control request (a shutdown or a
+    restart, a second interrupt; here kernel_info) ends that wait: its reply does not wait for
+    a cell whose error is slow to come."""
+    _, kc = kernel
+    execute(kc, SLOW_ERROR_HOOK.format(seconds=6))
+    try:
+        order = _interrupt_and_watch(kc, then_on_control="kernel_info_request")
+    finally:
+        execute(kc, NO_SLOW_ERROR_HOOK)
+    assert order.index("kernel_info_request reply") < order.index("error"), order
 
 
 # A computing cell whose code catches the interrupt and reports, yielding as it prints (issue
