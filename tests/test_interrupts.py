@@ -72,7 +72,11 @@ async def test_print_flood_stops_by_frame_and_keeps_state(before: str) -> None:
             r = await asyncio.wait_for(task, RESULT_TIMEOUT)
             assert r.status == "interrupted", r
             assert r.state_kept
-            assert r.interrupt_path == "frame", r  # no signal was needed
+            # The INT frame stops it; a SIGINT follows only if Julia neither read the frame nor
+            # wrote anything for _INT_ACK_WAIT (20 ms), as in a GC pause or while descheduled:
+            # about 1 in 100 first floods of a fresh session (3 in 330 measured; the SIGINT was
+            # taken in ~3 ms and the state kept). Never forced, never a restart.
+            assert r.interrupt_path in ("frame", "sigint"), r
             assert r.notice is not None and "Output cut short" in r.notice, r.notice
             assert "forced" not in r.notice
             assert (await julia.execute("keep")).text == "42"
