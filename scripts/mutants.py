@@ -91,6 +91,8 @@ APP = "jutul_jkernel/app.py"
 JK_COMPAT = "julia/JKernel/src/compat.jl"
 ENV_T = "tests/test_environment.py"
 JK_DISPLAY = "julia/JKernel/src/display.jl"
+JK_STATE = "julia/JKernel/src/state.jl"
+GOLDEN = "tests/test_notebooks.py::test_golden_notebook_outputs_match"
 CHILDREN = "jutul_jkernel/children.py"
 CC = "tests/test_cell_children.py"
 JK_IJULIA = "julia/JKernel/src/ijulia.jl"
@@ -1110,8 +1112,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 JK_DISPLAY,
-                "isempty(REGISTERED_MIMES) && isempty(REGISTERED_JSON_MIMES) || "
-                "add_registered!(data, x)",
+                "add_shown!(data, REGISTERED_MIMES, x, false)",
                 "nothing  # mutant M106",
             ),
         ),
@@ -1567,6 +1568,42 @@ MUTANTS: tuple[Mutant, ...] = (
         "a SIGTERMed kernel takes a Julia that is still starting along",
         (Edit(SUP, "for j in (self._julia, self._starting):", "for j in (self._julia,):  # M163"),),
         (f"{FT}::test_a_julia_still_starting_ends_with_its_kernel[sigterm]",),
+    ),
+    Mutant(
+        "M173",
+        "of Markdown and HTML a value sends only Markdown, as IJulia does",
+        (
+            Edit(
+                JK_STATE,
+                'MIME[MIME("text/markdown"), MIME("text/html")]',
+                'MIME("text/markdown"), MIME("text/html")',
+            ),
+        ),
+        (GOLDEN,),
+    ),
+    Mutant(
+        "M174",
+        "a Plotly figure's JSON reaches the notebook",
+        (Edit(JK_STATE, 'MIME("application/vnd.plotly.v1+json"),', "# mutant M174"),),
+        (GOLDEN,),
+    ),
+    Mutant(
+        "M175",
+        "Vega-Lite v5, which JupyterLab draws, comes first of the Vega-Lite versions",
+        (
+            Edit(
+                JK_STATE,
+                'MIME("application/vnd.vegalite.v$n+json") for n in 5:-1:2',
+                'MIME("application/vnd.vegalite.v$n+json") for n in 4:-1:2',
+            ),
+        ),
+        (GOLDEN,),
+    ),
+    Mutant(
+        "M176",
+        "JKernel.register_mime and register_jsonmime are IJulia's",
+        (Edit(JK_DISPLAY, "register_mime(x) = IJulia.register_mime(x)", "register_mime(x) = x"),),
+        (f"{IJP}::test_jkernel_registers_mime_types_as_ijulia_does",),
     ),
     Mutant(
         "M170",

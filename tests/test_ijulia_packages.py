@@ -521,6 +521,28 @@ async def test_display_dict_and_limitstringmime_as_in_ijulia(julia: JuliaSupervi
         await ok(julia, UNREGISTER, 44)
 
 
+@module_loop
+async def test_jkernel_registers_mime_types_as_ijulia_does(julia: JuliaSupervisor) -> None:
+    """`JKernel.register_mime` and `register_jsonmime` are IJulia's: the types reach the
+    bundle of every later value that can show them, a JSON one as its text."""
+    code = (
+        "struct Noted end\n"
+        'Base.istextmime(::MIME"application/vnd.test.noted") = true\n'
+        'Base.show(io::IO, ::MIME"application/vnd.test.noted", ::Noted) = print(io, "noted")\n'
+        'Base.show(io::IO, ::MIME"application/vnd.test.noted+json", ::Noted) = print(io, "[1]")\n'
+        'JKernel.register_mime(MIME("application/vnd.test.noted"))\n'
+        'JKernel.register_jsonmime(MIME("application/vnd.test.noted+json"))\n'
+        "Noted()"
+    )
+    try:
+        r = await run(julia, code, 45)
+        assert r.status == "ok" and r.data is not None, r
+        assert r.data["application/vnd.test.noted"] == "noted", r.data
+        assert r.data["application/vnd.test.noted+json"] == "[1]", r.data
+    finally:
+        await ok(julia, UNREGISTER, 46)
+
+
 # ---- history, the original streams, IJulia's internals ----
 
 

@@ -397,7 +397,8 @@ def open_julia_notebook(page: Page, server: LabServer) -> Notebook:
 
 @pytest.mark.timeout(240)
 def test_jupyterlab_in_a_browser(lab: LabServer, page: Page) -> None:
-    """Launcher, live output, rich output, errors, interrupt, restart and stdin in JupyterLab."""
+    """Launcher, live output, rich output, errors, interrupt, restart, stdin and a Vega-Lite
+    chart in JupyterLab."""
     started = time.monotonic()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for stale in ARTIFACTS.glob("*.png"):  # an earlier run's pictures would mislead
@@ -510,11 +511,37 @@ def test_jupyterlab_in_a_browser(lab: LabServer, page: Page) -> None:
     expect(result(asking)).to_have_text('"hi Jutul"', timeout=_UI_MS)
     shots.append(nb.screenshot("10-readline-answered", asking))
 
+    # 8. A Vega-Lite spec, as plotting packages show one, is drawn by JupyterLab's own Vega
+    # renderer: Vega's canvas or SVG in the output, not the JSON as text.
+    chart = nb.run(VEGA_LITE_CHART)
+    # (The Vega renderer's output node has no data-mime-type; its class names it.)
+    drawn = chart.locator(".jp-RenderedVegaLite.jp-OutputArea-output").locator(
+        "canvas.marks, svg.marks"
+    )
+    expect(drawn.first).to_be_visible(timeout=_CELL_MS)
+    box = drawn.first.bounding_box()
+    assert box is not None and box["width"] > 50 and box["height"] > 50, box
+    expect(outputs(chart)).not_to_contain_text('"mark"', timeout=_UI_MS)
+    shots.append(nb.screenshot("11-vega-lite-chart", chart))
+
     print(
         f"\n[jupyterlab] {len(shots)} screenshots in {ARTIFACTS}"
         f"\n[jupyterlab] interrupt took {interrupt_s:.2f} s from the click to the error shown;"
         f" whole test {time.monotonic() - started:.1f} s"
     )
+
+
+# A type that shows itself as Vega-Lite v5 (VegaLite.jl's and Plots' vega-lite output are this
+# MIME type), two bars.
+VEGA_LITE_CHART = (
+    "struct JkBars end; "
+    'Base.show(io::IO, ::MIME"application/vnd.vegalite.v5+json", ::JkBars) = print(io, '
+    '"""{"width": 200, "height": 120, "mark": "bar", '
+    '"data": {"values": [{"a": "A", "b": 28}, {"a": "B", "b": 55}]}, '
+    '"encoding": {"x": {"field": "a", "type": "nominal"}, '
+    '"y": {"field": "b", "type": "quantitative"}}}"""); '
+    "JkBars()"
+)
 
 
 def _expect_svg_picture(cell: Locator, element: str) -> None:

@@ -2,33 +2,35 @@
 
 struct KernelDisplay <: AbstractDisplay end
 
-"""MIME bundle of `x`: text/plain always, plus every rich type `x` can show, plus those
-registered through `IJulia.register_mime` and `register_jsonmime`."""
+"""MIME bundle of `x`: text/plain always, plus the rich types `x` can show (RICH_MIMES and
+JSON_MIMES in state.jl), plus those registered through `IJulia.register_mime` and
+`register_jsonmime`, in that order; of each group the first type `x` can show (IJulia
+src/display.jl, `_display_dict`)."""
 function mime_bundle(x)
     data = Dict{String,Any}()
-    for m in RICH_MIMES
-        showable(MIME(m), x) && (data[m] = render(MIME(m), x))
-    end
-    isempty(REGISTERED_MIMES) && isempty(REGISTERED_JSON_MIMES) || add_registered!(data, x)
+    add_shown!(data, RICH_MIMES, x, false)
+    add_shown!(data, JSON_MIMES, x, true)
+    add_shown!(data, REGISTERED_MIMES, x, false)
+    add_shown!(data, REGISTERED_JSON_MIMES, x, true)
     data["text/plain"] = plain_text(x)
     return data
 end
 
 """
-    add_registered!(data, x)
+    add_shown!(data, groups, x, json)
 
-Add to `data` the registered MIME types `x` can show, of each group the first (IJulia
-src/display.jl, `_display_dict`). A JSON type is shown as text, and one whose `show` fails is
-left out, as IJulia does.
+Add to `data` what `x` shows as, of each group in `groups` the first type it can show, unless
+`data` has that type already. A JSON type is shown as text, and one whose `show` fails is left
+out, as IJulia does.
 """
-function add_registered!(data::Dict{String,Any}, x)
-    for group in REGISTERED_MIMES
-        m = first_showable(group, x)
-        m === nothing || haskey(data, string(m)) || (data[string(m)] = jupyter_string(m, x))
-    end
-    for group in REGISTERED_JSON_MIMES
+function add_shown!(data::Dict{String,Any}, groups, x, json::Bool)
+    for group in groups
         m = first_showable(group, x)
         (m === nothing || haskey(data, string(m))) && continue
+        if !json
+            data[string(m)] = jupyter_string(m, x)
+            continue
+        end
         try
             data[string(m)] = jupyter_string(m, x, true)
         catch e
@@ -36,6 +38,18 @@ function add_registered!(data::Dict{String,Any}, x)
         end
     end
 end
+
+"""
+    JKernel.register_mime(mime)
+    JKernel.register_mime([mime1, mime2, ...])
+    JKernel.register_jsonmime(mime)
+
+Add a MIME type, or a group of which a value sends the first it can show, to every bundle
+for the rest of the session; a JSON type's data travels as JSON. The same as IJulia's (in
+ijulia.jl), which packages call.
+"""
+register_mime(x) = IJulia.register_mime(x)
+register_jsonmime(x) = IJulia.register_jsonmime(x)
 
 first_showable(m::MIME, x) = showable(m, x) ? m : nothing
 function first_showable(group::Vector{MIME}, x)

@@ -31,8 +31,19 @@ const BUFFER_OFF_TICKS = 4          # quiet intervals in a row before buffering 
 const DRAIN_TIMEOUT = 5.0             # seconds to wait for a pump to pass its marker
 const MAX_HEADER = 256
 const MAX_PAYLOAD = 256 * 1024 * 1024
-const RICH_MIMES = ("text/html", "text/markdown", "text/latex", "image/svg+xml",
-                    "image/png", "image/jpeg", "application/json")
+# The rich types every value is tried for, in IJulia's order of preference (JuliaLang/IJulia.jl
+# src/display.jl, `ijulia_mime_types` and `ijulia_jsonmime_types`): each entry the value can
+# show goes into its bundle, and of a group only the first it can show (Markdown over HTML, the
+# newest Vega-Lite). JSON types are sent as JSON, and one whose `show` fails is left out.
+# Beyond IJulia: Vega-Lite v5, which JupyterLab 4 renders (with v3, v4 and Vega v5), and
+# application/json, which it shows as a tree.
+const RICH_MIMES = (MIME("image/svg+xml"), MIME[MIME("image/png"), MIME("image/jpeg")],
+                    MIME[MIME("text/markdown"), MIME("text/html")], MIME("text/latex"))
+const JSON_MIMES = (MIME[[MIME("application/vnd.vegalite.v$n+json") for n in 5:-1:2];
+                         [MIME("application/vnd.vega.v$n+json") for n in 5:-1:3]],
+                    MIME("application/vnd.dataresource+json"),
+                    MIME("application/vnd.plotly.v1+json"),
+                    MIME("application/json"))
 const BINARY_MIMES = ("image/png", "image/jpeg")
 const DISPLAY_SIZE = (30, 100)
 
