@@ -41,7 +41,7 @@ from .errors import JuliaDiedError, JuliaStartupError
 from .escalation import settle_wait
 from .kernel_supervisor import supervisor_from_env
 from .results import ExecutionResult
-from .sink import Display, OutputSink
+from .sink import CommMessage, Display, OutputSink
 from .streams import StreamCoalescer
 from .supervisor import JuliaSupervisor
 
@@ -101,8 +101,7 @@ class JuliaKernel(Kernel):
     # OutStreams; this kernel publishes everything itself before it replies.
     _execute_sleep = 0.0
     # Comm messages have no reply, so ipykernel's base class registers no handler for them and
-    # drops them; these three get one each (comm_info_request is answered by the base class,
-    # with no comms).
+    # drops them; these three get one each.
     msg_types = [*Kernel.msg_types, "comm_open", "comm_msg", "comm_close"]  # noqa: RUF012
     # IPKernelApp passes these to every kernel; declared so traitlets accepts them.
     user_ns = DictTrait(allow_none=True)
@@ -121,6 +120,8 @@ class JuliaKernel(Kernel):
                 stream=self._stray_output,
                 display=self._stray_display,
                 backpressure=self._iopub_backpressure,
+                comm=lambda sent: self._publish_comm(sent, self._last_parent),
+                julia_ended=self._close_all_comms,
             )
         )
         self._unsynced_bytes = 0
@@ -138,6 +139,7 @@ class JuliaKernel(Kernel):
         self._tasks: set[asyncio.Task[Any]] = set()
         # Set while no cell runs, on the main loop (created there: see _start_julia).
         self._no_cell: asyncio.Event | None = None
+        self._open_comms: dict[str, str] = {}  # comm id -> target name, open on both sides
         self._control_received = 0  # control messages received (control thread only)
         self._control_started = 0  # control messages whose handling began
         for msg_type in _UNSUPPORTED_CONTROL:
@@ -361,32 +363,107 @@ class JuliaKernel(Kernel):
     # ---- comms ----
 
     async def comm_open(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
-        """Close a comm the frontend opens: Julia registers no comm targets.
-
-        ipykernel answers a comm_open to an unknown target the same way (comm_close on IOPub,
-        parented by the request), so widget managers stop waiting instead of timing out.
-        """
-        content = parent.get("content", {})
-        self.log.info(
-            "no comm target %r in this kernel; closing comm %s",
-            content.get("target_name"),
-            content.get("comm_id"),
-        )
-        self._sess.send(
-            self.iopub_socket,
-            "comm_close",
-            {"comm_id": content.get("comm_id", ""), "data": {}},
-            parent=parent,
-            ident=self._topic("comm_close"),
-        )
+        """A frontend opens a comm: Julia's ``register_comm`` for the target accepts it, or
+        Julia closes it (a target nobody registered), as ipykernel does."""
+        await self._deliver_comm(parent)
 
     async def comm_msg(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
-        """Ignore a message to a comm: none is ever open here (ipykernel ignores unknown ids)."""
-        self.log.debug("comm_msg for unknown comm %s", parent.get("content", {}).get("comm_id"))
+        """A message to an open comm: its ``on_msg`` runs in Julia."""
+        await self._deliver_comm(parent)
 
     async def comm_close(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
-        """Nothing to close: every comm was closed when it was opened."""
-        self.log.debug("comm_close for comm %s", parent.get("content", {}).get("comm_id"))
+        """The frontend closes a comm: its ``on_close`` runs in Julia."""
+        await self._deliver_comm(parent)
+
+    async def _deliver_comm(self, msg: dict[str, Any]) -> None:
+        """Run a frontend's comm message in Julia (JuliaSupervisor.deliver_comm). ipykernel
+        brackets it with busy and idle; what its callback prints, displays and sends goes out
+        with the message as its parent, as ipykernel's comm handlers do."""
+        msg_type = msg.get("header", {}).get("msg_type")
+        content = msg.get("content")
+        if not isinstance(content, dict) or not isinstance(content.get("comm_id"), str):
+            self.log.warning("dropped a %s without a comm_id", msg_type)
+            return
+        metadata = msg.get("metadata")
+        message = CommMessage(
+            msg_type,
+            content,
+            metadata if isinstance(metadata, dict) else {},
+            tuple(bytes(b) for b in msg.get("buffers") or ()),
+        )
+        if msg_type == "comm_open":  # until Julia closes it (an unknown target)
+            self._open_comms[message.comm_id] = str(content.get("target_name", ""))
+        elif msg_type == "comm_close":
+            self._open_comms.pop(message.comm_id, None)
+        out = StreamCoalescer(lambda name, text: self._publish_stream(name, text, msg))
+
+        def on_display(shown: Display) -> None:
+            out.flush()
+            self._publish_display(shown, msg)
+
+        def on_comm(sent: CommMessage) -> None:
+            out.flush()
+            self._publish_comm(sent, msg)
+
+        sink = OutputSink(
+            stream=out.write,
+            display=on_display,
+            comm=on_comm,
+            backpressure=self._iopub_backpressure,
+        )
+        if self._no_cell is not None:
+            self._no_cell.clear()
+        try:
+            await self._julia_ready(_KERNEL_INFO_WAIT)
+            result = await self.supervisor.deliver_comm(message, sink)
+        except (JuliaDiedError, JuliaStartupError) as exc:
+            out.flush(final=True)
+            self._publish_stream("stderr", f"[jutul-jkernel] {msg_type} not handled: {exc}\n", msg)
+            return
+        finally:
+            out.flush(final=True)
+            if self._no_cell is not None:
+                self._no_cell.set()
+        if result.notice:
+            self._publish_stream("stderr", f"[jutul-jkernel] {result.notice}\n", msg)
+        if result.status != "ok":  # interrupted: the callback stopped, the state is kept
+            self._publish_stream("stderr", "\n".join(result.error_info().traceback) + "\n", msg)
+
+    def _publish_comm(self, message: CommMessage, parent: dict[str, Any] | None) -> None:
+        """Publish a comm message Julia sent, keeping account of the comms open."""
+        if message.msg_type == "comm_open":
+            self._open_comms[message.comm_id] = str(message.content.get("target_name", ""))
+        elif message.msg_type == "comm_close":
+            self._open_comms.pop(message.comm_id, None)
+        self._sess.send(
+            self.iopub_socket,
+            message.msg_type,
+            message.content,
+            parent=parent,
+            metadata=message.metadata,
+            buffers=list(message.buffers),
+            ident=self._topic(message.msg_type),
+        )
+
+    def _close_all_comms(self) -> None:
+        """Julia ended (a death, a restart, shutdown): close every comm it had, so that the
+        frontend shows no widget that nothing answers any more."""
+        for comm_id in list(self._open_comms):
+            self._publish_comm(
+                CommMessage("comm_close", {"comm_id": comm_id, "data": {}}), self._last_parent
+            )
+
+    async def comm_info_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+        """The comms open now, those of one target if the request names it."""
+        target = parent.get("content", {}).get("target_name")
+        comms = {
+            comm_id: {"target_name": name}
+            for comm_id, name in self._open_comms.items()
+            if target is None or name == target
+        }
+        self._sess.send(
+            stream, "comm_info_reply", {"status": "ok", "comms": comms}, parent, ident=ident
+        )
 
     # ---- execution ----
 
@@ -443,6 +520,10 @@ class JuliaKernel(Kernel):
             out.flush()
             self._publish_display(shown, parent)
 
+        def on_comm(sent: CommMessage) -> None:  # even when silent: a widget needs its model
+            out.flush()
+            self._publish_comm(sent, parent)
+
         async def on_input(prompt: str, password: bool) -> str:
             out.flush()
             return await self._ask_input(prompt, password, parent, ident)
@@ -451,6 +532,7 @@ class JuliaKernel(Kernel):
             sink = OutputSink(
                 stream=None if silent else out.write,
                 display=on_display,
+                comm=on_comm,
                 input=on_input if allow_stdin else None,
                 backpressure=self._iopub_backpressure,
             )

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .protocol import Frame, FrameKind, ProtocolError
+from .protocol import Frame, FrameKind, ProtocolError, encode
 from .results import ErrorInfo
-from .sink import Display
+from .sink import CommMessage, Display
+
+COMM_TYPES = ("comm_open", "comm_msg", "comm_close")
 
 
 def json_object(frame: Frame) -> dict[str, Any]:
@@ -81,3 +83,39 @@ def _object_of(frame: Frame, value: object, what: str) -> dict[str, Any]:
         msg = f"{frame.kind.name} frame whose {what} is not a JSON object: {frame.payload[:80]!r}"
         raise ProtocolError(msg)
     return value
+
+
+def comm_of(frame: Frame) -> CommMessage:
+    """The comm message of a CMM frame: its JSON head, then the buffers the head counts."""
+    head_bytes = int(frame.args[1])
+    head = json_object(Frame(frame.kind, frame.args, frame.payload[:head_bytes]))
+    msg_type, content = head.get("msg_type"), head.get("content")
+    metadata, lengths = head.get("metadata", {}), head.get("buffers", [])
+    if not (
+        msg_type in COMM_TYPES
+        and isinstance(content, dict)
+        and isinstance(content.get("comm_id"), str)
+        and isinstance(metadata, dict)
+        and isinstance(lengths, list)
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lengths)
+        and head_bytes + sum(lengths) == len(frame.payload)
+    ):
+        raise ProtocolError(f"CMM frame of the wrong shape: {frame.payload[:80]!r}")
+    buffers, at = [], head_bytes
+    for n in lengths:
+        buffers.append(frame.payload[at : at + n])
+        at += n
+    return CommMessage(msg_type, content, metadata, tuple(buffers))
+
+
+def encode_comm(eid: int, message: CommMessage) -> bytes:
+    """The COM frame that hands a frontend's comm message to Julia as evaluation ``eid``."""
+    head = json.dumps(
+        {
+            "msg_type": message.msg_type,
+            "content": message.content,
+            "metadata": message.metadata,
+            "buffers": [len(b) for b in message.buffers],
+        }
+    ).encode()
+    return encode(FrameKind.COM, eid, len(head), payload=head + b"".join(message.buffers))

@@ -39,6 +39,8 @@ class FrameKind(enum.Enum):
     # the frame, or by the SIGINT that claimed its request)
     PAY = "PAY"  # PAY <id> <n>: JSON reply payload of evaluation <id> (e.g. set_next_input)
     MRK = "MRK"  # MRK <m> <n>: the frame in the payload (or none) follows output marker <m>
+    CMM = "CMM"  # CMM <id> <j> <n>: a comm message Julia sends during evaluation <id>: <j>
+    # bytes of JSON {msg_type, content, metadata, buffers: [length...]}, then the buffers
     # Python -> Julia
     EXE = "EXE"  # EXE <id> <n>: code to evaluate (backtraces name it In[<id>])
     EXN = "EXN"  # EXN <id> <name> <n>: the same, naming the code <name>, e.g. In[3]
@@ -48,6 +50,8 @@ class FrameKind(enum.Enum):
     NIN = "NIN"  # NIN <id> <n>: no input can be had for INP <id>; payload says why
     QRY = "QRY"  # QRY <id> <complete|inspect|is_complete> <cursor> <n>: payload is the code
     SYN = "SYN"  # SYN <seq> 0: answered by ACK <seq> once every earlier frame was handled
+    COM = "COM"  # COM <id> <j> <n>: a frontend's comm message, run as evaluation <id> (its
+    # callback); the payload as CMM's
 
     @property
     def arity(self) -> int:
@@ -60,6 +64,7 @@ _ARITY = {
     FrameKind.VAL: 1, FrameKind.ERR: 1, FrameKind.RES: 2, FrameKind.INP: 2, FrameKind.ANS: 1,
     FrameKind.ACK: 1, FrameKind.EXE: 1, FrameKind.EXN: 2, FrameKind.INT: 2, FrameKind.TXT: 1,
     FrameKind.NIN: 1, FrameKind.QRY: 3, FrameKind.SYN: 1, FrameKind.PAY: 1, FrameKind.MRK: 1,
+    FrameKind.CMM: 2, FrameKind.COM: 2,
 }  # fmt: skip
 _KINDS: dict[bytes, FrameKind] = {k.value.encode(): k for k in FrameKind}
 
@@ -76,12 +81,15 @@ MAX_PAYLOAD_BYTES = 256 * 1024 * 1024
 _ARG = re.compile(rb"[!-~]+")  # printable ASCII, no spaces
 _NBYTES = re.compile(rb"0|[1-9][0-9]{0,9}")
 _ID = re.compile(r"[1-9][0-9]{0,17}")
+_COUNT = re.compile(r"0|[1-9][0-9]{0,17}")
 _VALIDATORS: dict[FrameKind, tuple[object, ...]] = {
     FrameKind.OUT: (OUTPUT_STREAMS,),
     FrameKind.RES: (_ID, RESULT_STATUSES),
     FrameKind.INP: (_ID, ("0", "1")),
     FrameKind.CLR: (_ID, ("0", "1")),
-    FrameKind.QRY: (_ID, QUERY_OPS, re.compile(r"0|[1-9][0-9]{0,17}")),
+    FrameKind.QRY: (_ID, QUERY_OPS, _COUNT),
+    FrameKind.CMM: (_ID, _COUNT),
+    FrameKind.COM: (_ID, _COUNT),
     FrameKind.DSP: (_ID,),
     FrameKind.VAL: (_ID,),
     FrameKind.ERR: (_ID,),

@@ -1,10 +1,11 @@
 """Where an execution's output goes: one :class:`OutputSink` per execution, and one for the
 output printed between executions (stray output: background tasks).
 
-A sink holds the four ways Julia's output reaches a frontend: streamed bytes, displays, input
-requests, and the backpressure that makes reading wait while the frontend catches up. The
-supervisor calls only :meth:`OutputSink.write` and :meth:`OutputSink.show`, so what a sink does
-without a display handler (text/plain on stdout) is decided here, once.
+A sink holds the ways Julia's output reaches a frontend: streamed bytes, displays, input
+requests, comm messages, and the backpressure that makes reading wait while the frontend
+catches up. The supervisor calls only :meth:`OutputSink.write`, :meth:`OutputSink.show` and
+:meth:`OutputSink.send`, so what a sink does without a handler (a display's text/plain on
+stdout; a comm message dropped) is decided here, once.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+CommKind = Literal["comm_open", "comm_msg", "comm_close"]
 StreamCallback = Callable[[str, bytes], None]  # ("stdout" | "stderr", bytes)
 InputCallback = Callable[[str, bool], Awaitable[str]]  # (prompt, password) -> the line
 DisplayKind = Literal["display_data", "update_display_data", "clear_output"]
@@ -44,6 +46,22 @@ class Display:
         return {"data": self.data, "metadata": self.metadata, "transient": self.transient}
 
 
+@dataclass(frozen=True)
+class CommMessage:
+    """A Jupyter comm message, either way: one Julia sends (a CMM frame), or one a frontend
+    sent, for Julia (COM). payloads.py encodes and decodes it."""
+
+    msg_type: CommKind
+    content: dict[str, Any]  # comm_id and data; target_name for comm_open
+    metadata: dict[str, Any] = field(default_factory=dict)
+    buffers: tuple[bytes, ...] = ()  # binary buffers (ZMQ frames on the Jupyter side)
+
+    @property
+    def comm_id(self) -> str:
+        value = self.content.get("comm_id")
+        return value if isinstance(value, str) else ""
+
+
 @dataclass
 class OutputSink:
     """The consumer of one execution's output (or of stray output). Every part is optional.
@@ -53,13 +71,18 @@ class OutputSink:
     password)`` answers ``readline()`` (without it, readline raises an error in Julia);
     ``await backpressure()`` is awaited after each chunk read from Julia: a consumer that falls
     behind makes the reader wait, TCP fills up and Julia's writes block, instead of output
-    piling up in memory.
+    piling up in memory. ``comm(message)`` receives the comm messages Julia sends (without
+    it, they are dropped: there is no frontend to hold a comm). On the stray sink,
+    ``julia_ended()`` is called when a Julia process ends (a death, a restart, shutdown):
+    the comms it had open are gone.
     """
 
     stream: StreamCallback | None = None
     display: Callable[[Display], None] | None = None
     input: InputCallback | None = None
     backpressure: Callable[[], Awaitable[None]] | None = None
+    comm: Callable[[CommMessage], None] | None = None
+    julia_ended: Callable[[], None] | None = None
 
     def write(self, name: str, data: bytes) -> None:
         if self.stream is not None:
@@ -70,6 +93,10 @@ class OutputSink:
             self.display(shown)
         elif self.stream is not None and shown.kind != "clear_output":
             self.stream("stdout", (shown.data.get("text/plain", "") + "\n").encode())
+
+    def send(self, message: CommMessage) -> None:
+        if self.comm is not None:
+            self.comm(message)
 
 
 def as_sink(sink: OutputSink | StreamCallback | None) -> OutputSink:

@@ -30,6 +30,7 @@ import secrets
 import shutil
 import socket
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,10 +48,18 @@ from .julia_process import (
     LaunchSettings,
     spawn,
 )
-from .payloads import bundle_of, display_of, error_of, json_object, payload_item_of
+from .payloads import (
+    bundle_of,
+    comm_of,
+    display_of,
+    encode_comm,
+    error_of,
+    json_object,
+    payload_item_of,
+)
 from .protocol import Decoder, Frame, FrameKind, ProtocolError, encode, inner_frame
 from .results import ErrorInfo, ExecutionResult, InterruptStep
-from .sink import OutputSink, StreamCallback, as_sink
+from .sink import CommMessage, OutputSink, StreamCallback, as_sink
 
 # Re-exported: callers import what the supervisor raises and returns from here.
 __all__ = [
@@ -231,6 +240,30 @@ class JuliaSupervisor:
         meanwhile. Cancelling it (a timeout around it, say) interrupts the cell as interrupt()
         would, and the next execution waits until it ended.
         """
+
+        def frame_of(eid: int) -> bytes:
+            if name is None:
+                return encode(FrameKind.EXE, eid, payload=code.encode())
+            return encode(FrameKind.EXN, eid, name, payload=code.encode())
+
+        return await self._run(frame_of, as_sink(sink))
+
+    async def deliver_comm(
+        self, message: CommMessage, sink: OutputSink | None = None
+    ) -> ExecutionResult:
+        """Hand a frontend's comm message (comm_open, comm_msg or comm_close) to Julia.
+
+        Julia runs what it asks for (the target's ``register_comm``, or the comm's ``on_msg``
+        or ``on_close``) as an execution of its own: after the cells sent before it, and
+        interruptible, cancellable and reported as a cell is. ``sink`` gets what the callback
+        prints, displays and sends over comms; a comm_open for a target Julia does not know is
+        answered there with a comm_close. A callback's error is printed on its stderr, and the
+        result is "ok" unless the callback was interrupted.
+        """
+        return await self._run(lambda eid: encode_comm(eid, message), sink or OutputSink())
+
+    async def _run(self, frame_of: Callable[[int], bytes], sink: OutputSink) -> ExecutionResult:
+        """Send the request ``frame_of(id)`` makes for a new execution id; wait for its result."""
         async with self._lock:
             if self._settling is not None:
                 await self._settling  # a cancelled execution is still being interrupted
@@ -242,17 +275,13 @@ class JuliaSupervisor:
             assert j is not None and j.writer is not None
             eid = self._new_id()
             future: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
-            ex = _Execution(eid, as_sink(sink), future, Interrupt(eid, future))
+            ex = _Execution(eid, sink, future, Interrupt(eid, future))
             self._current = ex
             j.stderr_tail.clear()  # a death report quotes this execution's stderr only
             if not IS_WINDOWS:
                 ex.children_before = children.descendants(j.proc.pid)
             try:
-                frame = (
-                    encode(FrameKind.EXE, ex.id, payload=code.encode())
-                    if name is None
-                    else encode(FrameKind.EXN, ex.id, name, payload=code.encode())
-                )
+                frame = frame_of(ex.id)
                 if self._interrupt_pending:
                     # Interrupted before it was sent: it never runs, and nothing needs a signal
                     # (a cold Julia compiling its first cell is where a forced SIGINT hurts).
@@ -615,6 +644,12 @@ class JuliaSupervisor:
             # A task that outlived its cell displays where its println goes: the last cell.
             self._stray.show(display_of(frame))
             return
+        if kind is FrameKind.CMM:
+            # Never dropped, unlike a late display: a widget's state must reach the frontend.
+            (ex.sink if ex is not None and int(args[0]) == ex.id else self._stray).send(
+                comm_of(frame)
+            )
+            return
         if ex is None or int(args[0]) != ex.id:
             log.debug("dropped a %s frame for execution %s: not running", kind.name, args[0])
             return
@@ -763,6 +798,7 @@ class JuliaSupervisor:
             else:
                 ex.future.set_exception(j.death)
         j.replies.fail_all(j.death)
+        self._julia_ended()
         if self._julia is j:
             self._julia = None
             if restarted:
@@ -799,3 +835,12 @@ class JuliaSupervisor:
         if ex is not None and not ex.future.done():
             ex.future.set_exception(death)
         j.replies.fail_all(death)
+        self._julia_ended()
+
+    def _julia_ended(self) -> None:
+        """Tell the stray sink that a Julia process ended: what it had open (comms) is gone."""
+        if self._stray.julia_ended is not None:
+            try:
+                self._stray.julia_ended()
+            except Exception:  # the consumer's bug must not stop the teardown
+                log.exception("julia_ended callback failed")

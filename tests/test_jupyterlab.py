@@ -49,6 +49,7 @@ else:
 pytestmark = pytest.mark.e2e
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "jupyterlab"
+SLIDER_EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "widget_slider.jl"
 KERNEL_NAME = "julia-supervised"
 DISPLAY_NAME = "Julia (supervised)"
 CHROMIUM = os.environ.get("JUTUL_JKERNEL_CHROMIUM", "/usr/bin/chromium")
@@ -397,8 +398,8 @@ def open_julia_notebook(page: Page, server: LabServer) -> Notebook:
 
 @pytest.mark.timeout(240)
 def test_jupyterlab_in_a_browser(lab: LabServer, page: Page) -> None:
-    """Launcher, live output, rich output, errors, interrupt, restart, stdin and a Vega-Lite
-    chart in JupyterLab."""
+    """Launcher, live output, rich output, errors, interrupt, restart, stdin, a Vega-Lite chart
+    and a widget in JupyterLab."""
     started = time.monotonic()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for stale in ARTIFACTS.glob("*.png"):  # an earlier run's pictures would mislead
@@ -523,6 +524,22 @@ def test_jupyterlab_in_a_browser(lab: LabServer, page: Page) -> None:
     assert box is not None and box["width"] > 50 and box["height"] > 50, box
     expect(outputs(chart)).not_to_contain_text('"mark"', timeout=_UI_MS)
     shots.append(nb.screenshot("11-vega-lite-chart", chart))
+
+    # 9. A widget made in Julia over comms (examples/widget_slider.jl): ipywidgets' frontend
+    # draws the slider, and moving it reaches the observer in Julia.
+    widget = nb.run(f'include(raw"{SLIDER_EXAMPLE}"); slider')
+    handle = widget.locator(".widget-slider .noUi-handle")  # ipywidgets 8's slider (noUiSlider)
+    expect(handle).to_be_visible(timeout=_CELL_MS)
+    readout = widget.locator(".widget-readout")
+    expect(readout).to_have_text("5", timeout=_UI_MS)
+    shots.append(nb.screenshot("12-widget-slider", widget))
+    handle.focus(timeout=_UI_MS)
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    expect(readout).to_have_text("7", timeout=_UI_MS)
+    moved = nb.run("slider_value[]")
+    expect(result(moved)).to_have_text("7", timeout=_UI_MS)
+    shots.append(nb.screenshot("13-widget-slider-moved", moved))
 
     print(
         f"\n[jupyterlab] {len(shots)} screenshots in {ARTIFACTS}"

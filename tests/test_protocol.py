@@ -43,6 +43,8 @@ VALID_ARGS: dict[FrameKind, tuple[str, ...]] = {
     FrameKind.QRY: ("7", "is_complete", "0"),
     FrameKind.SYN: ("99",),
     FrameKind.MRK: ("3",),
+    FrameKind.CMM: ("7", "120"),
+    FrameKind.COM: ("7", "0"),
 }
 
 NASTY_PAYLOAD = b"\x00\xff\xfe\n\nRES 1 ok 3\n\xc3\x28\r\n\x00"
@@ -395,6 +397,8 @@ ARG_STRATEGIES: dict[FrameKind, tuple[st.SearchStrategy[str], ...]] = {
     FrameKind.QRY: (IDS, st.sampled_from(QUERY_OPS), CURSORS),
     FrameKind.EXN: (IDS, ASCII_TOKEN),
     FrameKind.INT: (IDS, IDS),
+    FrameKind.CMM: (IDS, CURSORS),
+    FrameKind.COM: (IDS, CURSORS),
     **{
         k: (IDS,)
         for k in (

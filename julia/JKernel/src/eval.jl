@@ -161,9 +161,8 @@ function run_cell(mod::Module, code::String, filename::String, cell::Int = 0)
         IN_USER[] = false
         bt = catch_backtrace()
         status = is_interrupt(e) ? "int" : "err"
-        # The supervisor escalates until it hears that the interrupt arrived: tell it before
-        # rendering the error, which can take a second while that code is still cold.
-        status == "int" && CURRENT[] != 0 && send_frame(FrameKind.ACK, string(CURRENT[]))
+        # Before rendering the error, which can take a second while that code is still cold.
+        status == "int" && acknowledge_interrupt()
         status == "int" && CURRENT[] != 0 && Base.invokelatest(interrupt_remote_workers)
         if cell > 0
             quietly(() -> set_err!(e))
@@ -197,7 +196,26 @@ end
 const INTERRUPTED = CellOutcome("int", "", nothing,
     ErrorReport("InterruptException", "InterruptException:", "InterruptException:"))
 
-function evaluate(id::Int, code::String, name::String, named::Bool)
+"""
+The supervisor escalates an interrupt until it hears that it reached the evaluation's code:
+tell it (the ACK of the running evaluation).
+"""
+acknowledge_interrupt() = CURRENT[] != 0 && send_frame(FrameKind.ACK, string(CURRENT[]))
+
+evaluate(id::Int, code::String, name::String, named::Bool) = run_evaluation(id) do
+    cell = named ? cell_number(name, id) : 0
+    cell > 0 && (In[cell] = code; IJulia.record_cell!(cell))
+    INTERRUPTED_BEFORE_START[] == id ? INTERRUPTED :
+        in_cell_task(() -> run_cell(Main, code, name, cell))
+end
+
+"""
+    run_evaluation(outcome_of, id)
+
+Run evaluation `id` (a cell, or a comm callback: comms.jl): `outcome_of()` does the work and
+returns its CellOutcome; then the result is sent, whatever happened.
+"""
+function run_evaluation(outcome_of::Function, id::Int)
     CURRENT[] = id
     LAST_ID[] = id
     PENDING_INTERRUPT[] = false
@@ -207,10 +225,7 @@ function evaluate(id::Int, code::String, name::String, named::Bool)
     # evaluation without a result, and the supervisor would wait for one until it restarted
     # Julia (seen 1 in 48 under load). So every interrupt before the result ends in one.
     outcome = try
-        cell = named ? cell_number(name, id) : 0
-        cell > 0 && (In[cell] = code; IJulia.record_cell!(cell))
-        INTERRUPTED_BEFORE_START[] == id ? INTERRUPTED :
-            in_cell_task(() -> run_cell(Main, code, name, cell))
+        outcome_of()
     catch e
         is_interrupt(e) || rethrow()
         INTERRUPTED
@@ -315,6 +330,9 @@ function eval_loop()
             if request isa Evaluation
                 IDLE_GENERATION[] += 1
                 evaluate(request.id, request.code, request.name, request.named)
+            elseif request isa CommDelivery
+                IDLE_GENERATION[] += 1
+                deliver_comm(request)
             # A WarmUpTick: one step, if no request came since the idle interval began or waits
             elseif request.generation == IDLE_GENERATION[] && !isready(QUEUE) && !isempty(steps)
                 quietly(popfirst!(steps))

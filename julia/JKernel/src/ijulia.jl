@@ -200,6 +200,22 @@ const execute_msg = nothing
 send_ipython(args...; kwargs...) = throw(NoJupyterMessaging(:send_ipython))
 msg_pub(args...; kwargs...) = throw(NoJupyterMessaging(:msg_pub))
 
+"""
+    IJulia.CommManager
+
+IJulia's comm API (src/comm_manager.jl): `Comm`, `comm_target`, `send_comm`, `close_comm`,
+`register_comm` (a package defines methods of it for its targets) and `Msg`, the message a
+callback gets. They are JKernel's own (comms.jl), so a method a package adds to
+`IJulia.CommManager.register_comm` is the one the kernel calls.
+"""
+module CommManager
+import ..JKernel
+import ..JKernel: Comm, Msg, comm_target, send_comm, close_comm, register_comm
+export Comm, comm_target, send_comm, close_comm, register_comm
+"""The open comms, by id (IJulia's `CommManager.comms`)."""
+const comms = JKernel.COMMS
+end # module CommManager
+
 end # module IJulia
 
 """Names every cell sees through `using` (so a user's own definition simply shadows them)."""

@@ -35,14 +35,16 @@ const MAX_PAYLOAD = 256 * 1024 * 1024
 # src/display.jl, `ijulia_mime_types` and `ijulia_jsonmime_types`): each entry the value can
 # show goes into its bundle, and of a group only the first it can show (Markdown over HTML, the
 # newest Vega-Lite). JSON types are sent as JSON, and one whose `show` fails is left out.
-# Beyond IJulia: Vega-Lite v5, which JupyterLab 4 renders (with v3, v4 and Vega v5), and
-# application/json, which it shows as a tree.
+# Beyond IJulia: Vega-Lite v5, which JupyterLab 4 renders (with v3, v4 and Vega v5),
+# application/json, which it shows as a tree, and a widget's view (comms.jl; IJulia's PyCall
+# glue registers it).
 const RICH_MIMES = (MIME("image/svg+xml"), MIME[MIME("image/png"), MIME("image/jpeg")],
                     MIME[MIME("text/markdown"), MIME("text/html")], MIME("text/latex"))
 const JSON_MIMES = (MIME[[MIME("application/vnd.vegalite.v$n+json") for n in 5:-1:2];
                          [MIME("application/vnd.vega.v$n+json") for n in 5:-1:3]],
                     MIME("application/vnd.dataresource+json"),
                     MIME("application/vnd.plotly.v1+json"),
+                    MIME("application/vnd.jupyter.widget-view+json"),
                     MIME("application/json"))
 const BINARY_MIMES = ("image/png", "image/jpeg")
 const DISPLAY_SIZE = (30, 100)
@@ -68,6 +70,18 @@ struct Evaluation
 end
 
 """
+A COM request: a frontend's comm message (comm_open, comm_msg or comm_close), which the
+evaluation loop runs as evaluation `id`, in arrival order with the cells (comms.jl).
+"""
+struct CommDelivery
+    id::Int
+    msg_type::String
+    content::Dict{String,Any}         # comm_id, data (always there), target_name for comm_open
+    metadata::Dict{String,Any}
+    buffers::Vector{Vector{UInt8}}    # binary buffers, as ZMQ carried them
+end
+
+"""
     WarmUpTick(generation)
 
 The flusher's word that Julia has been idle for a whole `IDLE_BEFORE_WARM_UP`: the evaluation
@@ -79,7 +93,8 @@ struct WarmUpTick
     generation::Int  # IDLE_GENERATION when the idle interval began
 end
 
-const QUEUE = Channel{Union{Evaluation,WarmUpTick}}(Inf)   # what the evaluation loop takes
+const QUEUE = Channel{Union{Evaluation,CommDelivery,WarmUpTick}}(Inf)   # what the evaluation
+                                                                         # loop takes
 const QUERIES = Channel{Tuple{Int,String,String,Int}}(Inf)   # QRY: id, op, code, cursor
 const EVAL_TASK = Ref{Task}()          # the evaluation loop's task (main.jl)
 const CELL_TASK = Ref{Union{Nothing,Task}}(nothing)   # the running cell's own task, where
@@ -147,6 +162,10 @@ const POSTERROR_HOOKS = Function[]
 const REGISTERED_MIMES = Union{MIME,Vector{MIME}}[]
 const REGISTERED_JSON_MIMES = Union{MIME,Vector{MIME}}[]
 const DISPLAY_COUNTER = Ref(0)         # display ids `display(x; display_id = true)` made
+
+# ---- comms (comms.jl) ----
+
+const COMMS = Dict{String,Any}()       # comm id => Comm: every comm open on both sides
 
 # ---- Distributed workers (distributed.jl, lifeline.jl) ----
 

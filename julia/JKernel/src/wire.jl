@@ -25,6 +25,9 @@
 #   ANS <id> <n>                   JSON answer to QRY <id>
 #   PAY <id> <n>                   JSON execute_reply payload of evaluation <id> (IJulia.load:
 #                                  {"source": "set_next_input", "text": ..., "replace": ...})
+#   CMM <id> <j> <n>               a comm message (comm_open, comm_msg, comm_close) sent during
+#                                  evaluation <id>: <j> bytes of JSON {msg_type, content,
+#                                  metadata, buffers: [length...]}, then the buffers (comms.jl)
 #   ACK <n> 0                      answer to SYN <n>; for evaluation <n>: an interrupt reached it
 #                                  (the listener handed an INT frame over, or found its request
 #                                  claimed by the SIGINT, which lands at once as the listener
@@ -43,6 +46,8 @@
 #   QRY <id> <op> <cursor> <n>     op: complete | inspect | is_complete; payload: the code;
 #                                  cursor counts Unicode code points, as Jupyter does
 #   SYN <seq> 0                    answered with ACK <seq>
+#   COM <id> <j> <n>               a frontend's comm message, run as evaluation <id> (its
+#                                  callback), queued in order with EXE and EXN; payload as CMM's
 
 """
 The frame kinds, one constant each, named as on the wire and as protocol.py's `FrameKind`
@@ -72,6 +77,9 @@ const TXT = "TXT"
 const NIN = "NIN"
 const QRY = "QRY"
 const SYN = "SYN"
+const COM = "COM"
+# Julia -> Python, for comms
+const CMM = "CMM"
 end
 
 """
@@ -122,7 +130,7 @@ protocol_failure(msg) = (diag("protocol error: ", msg, "; closing the connection
 # The kinds Julia accepts, each with the number of header arguments between KIND and NBYTES.
 const INCOMING = Dict(FrameKind.EXE => 1, FrameKind.EXN => 2, FrameKind.INT => 2,
                       FrameKind.TXT => 1, FrameKind.NIN => 1, FrameKind.QRY => 3,
-                      FrameKind.SYN => 1)
+                      FrameKind.SYN => 1, FrameKind.COM => 2)
 
 # Numbers on the wire are plain decimal, as protocol.py writes and checks them: tryparse alone
 # would also take "0x10", "+1", "01" and trailing whitespace.
@@ -229,5 +237,10 @@ function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
         put!(QUERIES, (id, op, String(payload), cursor))
     elseif kind == FrameKind.SYN
         send_frame(FrameKind.ACK, string(id))
+    elseif kind == FrameKind.COM
+        head_bytes = wire_number(args[1])
+        (head_bytes === nothing || head_bytes > length(payload)) &&
+            protocol_failure("bad JSON length in COM $id")
+        put!(QUEUE, comm_delivery(id, payload, head_bytes))
     end
 end
