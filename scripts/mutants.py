@@ -92,6 +92,9 @@ JK_COMPAT = "julia/JKernel/src/compat.jl"
 ENV_T = "tests/test_environment.py"
 JK_DISPLAY = "julia/JKernel/src/display.jl"
 JK_STATE = "julia/JKernel/src/state.jl"
+JK_COMMS = "julia/JKernel/src/comms.jl"
+COMMS = "tests/test_comms.py"
+LAB = "tests/test_jupyterlab.py::test_jupyterlab_in_a_browser"
 GOLDEN = "tests/test_notebooks.py::test_golden_notebook_outputs_match"
 CHILDREN = "jutul_jkernel/children.py"
 CC = "tests/test_cell_children.py"
@@ -1604,6 +1607,117 @@ MUTANTS: tuple[Mutant, ...] = (
         "JKernel.register_mime and register_jsonmime are IJulia's",
         (Edit(JK_DISPLAY, "register_mime(x) = IJulia.register_mime(x)", "register_mime(x) = x"),),
         (f"{IJP}::test_jkernel_registers_mime_types_as_ijulia_does",),
+    ),
+    Mutant(
+        "M177",
+        "a comm Julia opens reaches the frontend",
+        (
+            Edit(
+                JK_COMMS,
+                'send_frame(FrameKind.CMM, string(id, " ", head_bytes), payload; mark = drain_output())',
+                "nothing  # mutant M177",
+            ),
+        ),
+        (f"{COMMS}::test_a_comm_julia_opens_reaches_the_client_and_comm_info_lists_it",),
+    ),
+    Mutant(
+        "M178",
+        "comm_info lists the open comms, by target",
+        (Edit(KER, "if target is None or name == target", "if False  # mutant M178"),),
+        (f"{COMMS}::test_a_comm_julia_opens_reaches_the_client_and_comm_info_lists_it",),
+    ),
+    Mutant(
+        "M179",
+        "a frontend's comm reaches the register_comm of its target",
+        (
+            Edit(
+                JK_COMMS,
+                'register_comm(comm, msg) elseif msg_type == "comm_msg"',
+                'nothing  # mutant M179\n    elseif msg_type == "comm_msg"',
+            ),
+        ),
+        (f"{COMMS}::test_a_client_comm_reaches_its_target_and_round_trips_buffers",),
+    ),
+    Mutant(
+        "M180",
+        "binary buffers reach the frontend",
+        (Edit(KER, "buffers=list(message.buffers),", "buffers=[],  # mutant M180"),),
+        (f"{COMMS}::test_a_client_comm_reaches_its_target_and_round_trips_buffers",),
+    ),
+    Mutant(
+        "M181",
+        "what a callback sends has its comm message as parent",
+        (
+            Edit(
+                KER,
+                "out.flush() self._publish_comm(sent, msg)",
+                "out.flush()\n            self._publish_comm(sent, self._last_parent)  # mutant M181",
+            ),
+        ),
+        (f"{COMMS}::test_a_client_comm_reaches_its_target_and_round_trips_buffers",),
+    ),
+    Mutant(
+        "M182",
+        "a frontend's comm_close runs on_close",
+        (Edit(JK_COMMS, "comm.on_close(msg)", "nothing  # mutant M182"),),
+        (f"{COMMS}::test_close_runs_on_close_and_the_comm_is_gone",),
+    ),
+    Mutant(
+        "M183",
+        "a comm to an unknown target is closed",
+        (
+            Edit(
+                JK_COMMS,
+                'send_comm_message("comm_close", id, Dict{String,Any}(), Dict{String,Any}(), ())',
+                "nothing  # mutant M183",
+            ),
+        ),
+        (f"{COMMS}::test_an_unknown_target_is_closed_and_an_unknown_comm_is_dropped",),
+    ),
+    Mutant(
+        "M184",
+        "a callback's error is shown on its stderr",
+        (
+            Edit(
+                JK_COMMS,
+                'println(stderr, "Error in the ", d.msg_type, " callback of comm ",',
+                'println(devnull, "Error in the ", d.msg_type, " callback of comm ",',
+            ),
+        ),
+        (f"{COMMS}::test_a_callback_that_throws_shows_its_error_and_the_comm_lives_on",),
+    ),
+    Mutant(
+        "M185",
+        "an interrupt stops a callback and says so",
+        (
+            Edit(
+                JK_COMMS,
+                "is_interrupt(e) && (acknowledge_interrupt(); return INTERRUPTED)",
+                "is_interrupt(e) && return CellOutcome(\"ok\", \"\", nothing, nothing)",
+            ),
+        ),
+        (f"{COMMS}::test_an_interrupt_stops_a_callback_and_keeps_the_state",),
+    ),
+    Mutant(
+        "M186",
+        "Julia ending (a death, a restart) closes every comm",
+        (Edit(KER, "for comm_id in list(self._open_comms):", "for comm_id in []:  # mutant M186"),),
+        (
+            f"{COMMS}::test_julia_dying_closes_every_comm",
+            f"{COMMS}::test_a_restart_closes_every_comm",
+        ),
+    ),
+    Mutant(
+        "M187",
+        "a widget's view travels as JSON: the slider is drawn and moves Julia's value",
+        (
+            Edit(
+                JK_STATE,
+                'MIME("application/vnd.jupyter.widget-view+json"),',
+                "# mutant M187",
+            ),
+        ),
+        (LAB,),
     ),
     Mutant(
         "M170",

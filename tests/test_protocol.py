@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jutul_jkernel.payloads import comm_of, encode_comm
 from jutul_jkernel.protocol import (
     MAX_HEADER_BYTES,
     MAX_PAYLOAD_BYTES,
@@ -21,6 +23,7 @@ from jutul_jkernel.protocol import (
     encode,
     inner_frame,
 )
+from jutul_jkernel.sink import CommMessage
 
 VALID_ARGS: dict[FrameKind, tuple[str, ...]] = {
     FrameKind.RDY: ("a3f9c0ffee",),
@@ -469,3 +472,42 @@ def test_mrk_carries_one_whole_frame() -> None:
 def test_mrk_with_anything_but_one_frame_raises(payload: bytes) -> None:
     with pytest.raises(ProtocolError, match="MRK|unknown frame kind"):
         inner_frame(Frame(FrameKind.MRK, ("1",), payload))
+
+
+# ---- comm messages (payloads.py): a JSON head, then the buffers it counts ----
+
+
+def _cmm(head: dict[str, object], buffers: bytes = b"", eid: int = 7) -> Frame:
+    raw = json.dumps(head).encode()
+    (frame,) = decode_all(encode(FrameKind.CMM, eid, len(raw), payload=raw + buffers))
+    return frame
+
+
+def test_a_comm_message_round_trips_with_its_buffers() -> None:
+    """encode_comm (to Julia) and comm_of (from Julia) share one layout: JSON, then buffers."""
+    sent = CommMessage(
+        "comm_msg", {"comm_id": "c1", "data": {"s": "é\n"}}, {"v": 1}, (b"\x00\xff", b"", b"xy")
+    )
+    (frame,) = decode_all(encode_comm(5, sent))
+    assert frame.kind is FrameKind.COM and frame.args[0] == "5"
+    as_cmm = Frame(FrameKind.CMM, frame.args, frame.payload)  # the same layout either way
+    assert comm_of(as_cmm) == sent
+
+
+@pytest.mark.parametrize(
+    ("head", "buffers"),
+    [
+        ({"msg_type": "comm_nope", "content": {"comm_id": "c"}}, b""),
+        ({"msg_type": "comm_msg", "content": {"data": {}}}, b""),  # no comm_id
+        ({"msg_type": "comm_msg", "content": {"comm_id": "c"}, "buffers": [3]}, b"ab"),
+        ({"msg_type": "comm_msg", "content": {"comm_id": "c"}, "buffers": [1]}, b"abc"),
+        ({"msg_type": "comm_msg", "content": {"comm_id": "c"}, "buffers": [True]}, b"a"),
+        ({"msg_type": "comm_msg", "content": {"comm_id": "c"}, "metadata": []}, b""),
+    ],
+    ids=["type", "comm_id", "short", "long", "bool-length", "metadata"],
+)
+def test_a_malformed_comm_message_is_a_protocol_error(
+    head: dict[str, object], buffers: bytes
+) -> None:
+    with pytest.raises(ProtocolError, match="CMM frame of the wrong shape"):
+        comm_of(_cmm(head, buffers))
