@@ -58,8 +58,14 @@ AREAS: tuple[Area, ...] = (
     Area(
         "Rich output and its context",
         "docs/clients.md#rich-output",
-        ["M110", "M111", "M112", "M114", "M118"],
+        ["M110", "M111", "M112", "M114", "M118", "M173", "M174", "M175", "M176"],
     ),
+    Area(
+        "Comms and widgets",
+        "docs/comms.md",
+        ["M177", "M178", "M179", "M180", "M181", "M182", "M183", "M184", "M185", "M186",
+         "M187"],
+    ),  # fmt: skip
     Area("Input and prompts", "docs/clients.md#input", ["M113", "M115", "M116", "M117", "M119"]),
     Area("Clients", "docs/clients.md", ["M26", "M27"]),
     Area(
