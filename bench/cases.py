@@ -162,6 +162,9 @@ ROWS: list[RowSpec] = [
                     f"ipykernel:int:{shape}", stat="max", target="<= 1 s"),
         )
     ),
+    RowSpec("comms", "comm_msg -> the echo's comm_msg", "ms", "julia:comm", "ipykernel:comm"),
+    RowSpec("comms", "comm_msg -> the echo's comm_msg", "ms", "julia:comm", "ipykernel:comm",
+            stat="p90"),
     RowSpec("memory", "Julia process RSS, idle", "MiB", "julia:rss_idle_julia",
             target="<= 285 MiB"),
     RowSpec("memory", "kernel process RSS, idle", "MiB", "julia:rss_idle_kernel",
@@ -268,6 +271,46 @@ def roundtrip(env: JupyterEnv, plan: Plan) -> Samples:
             for subject, k in kernels.items():
                 for _ in range(min(20, plan.roundtrip_runs - start)):
                     out[f"{subject}:1+1"].append(_cell(k, "1+1", None))
+    finally:
+        j.stop()
+        p.stop()
+    return out
+
+
+# A target that echoes every comm_msg's data back, registered by a cell in each kernel: the
+# Julia one through IJulia's CommManager names, ipykernel's through its comm manager.
+_ECHO_TARGETS = {
+    "julia": (
+        "const _CM = IJulia.CommManager\n"
+        "_CM.register_comm(c::_CM.Comm{:bench_echo}, m) = "
+        '(c.on_msg = m -> _CM.send_comm(c, m.content["data"]))\n'
+        "1+1"
+    ),
+    "ipykernel": (
+        "def _echo(comm, _):\n"
+        "    comm.on_msg(lambda m: comm.send(m['content']['data']))\n"
+        "get_ipython().kernel.comm_manager.register_target('bench_echo', _echo)\n"
+        "1+1"
+    ),
+}
+
+
+def comms(env: JupyterEnv, plan: Plan) -> Samples:
+    """A comm round trip on both kernels: comm_msg to an echo target -> the echo on IOPub,
+    interleaved in blocks of 20 after 20 warm-up rounds."""
+    out: Samples = {"julia:comm": [], "ipykernel:comm": []}
+    j, p = _pair(env)
+    try:
+        kernels = {"julia": j, "ipykernel": p}
+        for subject, k in kernels.items():
+            _cell(k, _ECHO_TARGETS[subject], None)
+            k.open_comm(f"bench-{subject}", "bench_echo")
+            for n in range(20):
+                k.comm_echo(f"bench-{subject}", {"n": n})
+        for start in range(0, plan.roundtrip_runs, 20):
+            for subject, k in kernels.items():
+                for n in range(min(20, plan.roundtrip_runs - start)):
+                    out[f"{subject}:comm"].append(k.comm_echo(f"bench-{subject}", {"n": n}))
     finally:
         j.stop()
         p.stop()
@@ -557,6 +600,7 @@ SECTIONS: dict[str, Callable[[JupyterEnv, Plan], Samples]] = {
     "first_queries": first_queries,
     "restart": restart,
     "interrupt": interrupts,
+    "comms": comms,
     "memory": memory,
 }
 # Which section's samples each table section shows.
@@ -567,6 +611,7 @@ ROW_SECTION = {
     "first query": "first_queries",
     "restart": "restart",
     "interrupt": "interrupt",
+    "comms": "comms",
     "memory": "memory",
 }
 

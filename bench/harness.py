@@ -352,6 +352,51 @@ class Kernel:
         reply = self._wait_shell(msg_id, timeout)
         return reply, time.perf_counter() - t0
 
+    def comm_echo(self, comm_id: str, data: dict[str, Any], timeout: float = CELL_TIMEOUT) -> float:
+        """Send a comm_msg; return the seconds until a comm_msg under it arrives on IOPub (and
+        wait for its idle, if it gets one, so the next round starts clean)."""
+        kc = self._client()
+        msg = kc.session.msg("comm_msg", {"comm_id": comm_id, "data": data})
+        t0 = time.perf_counter()
+        kc.shell_channel.send(msg)
+        msg_id = msg["header"]["msg_id"]
+        took = -1.0
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                what = "echo" if took < 0 else "idle after the echo"
+                raise BenchError(f"{self.label}: no {what} within {timeout:g} s")
+            got = kc.get_iopub_msg(timeout=left)
+            if got["parent_header"].get("msg_id") != msg_id:
+                continue
+            if got["msg_type"] == "comm_msg" and took < 0:
+                took = time.perf_counter() - t0
+                if got["content"]["data"] != data:
+                    raise BenchError(f"{self.label}: echoed {got['content']['data']!r}")
+            elif got["msg_type"] == "status" and got["content"]["execution_state"] == "idle":
+                if took < 0:
+                    raise BenchError(f"{self.label}: idle before any echo")
+                return took
+
+    def open_comm(self, comm_id: str, target: str, timeout: float = CELL_TIMEOUT) -> None:
+        """Open a comm to ``target`` from the client; wait until the kernel has handled it."""
+        kc = self._client()
+        msg = kc.session.msg("comm_open", {"comm_id": comm_id, "target_name": target, "data": {}})
+        kc.shell_channel.send(msg)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BenchError(f"{self.label}: comm_open not handled within {timeout:g} s")
+            got = kc.get_iopub_msg(timeout=left)
+            if got["parent_header"].get("msg_id") != msg["header"]["msg_id"]:
+                continue
+            if got["msg_type"] == "comm_close":
+                raise BenchError(f"{self.label}: the kernel closed the comm to {target}")
+            if got["msg_type"] == "status" and got["content"]["execution_state"] == "idle":
+                return
+
     def run(
         self,
         code: str,

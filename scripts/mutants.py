@@ -1717,7 +1717,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "# mutant M187",
             ),
         ),
-        (LAB,),
+        (f"{COMMS}::test_a_widget_view_arrives_in_the_bundle_as_a_json_object", LAB),
     ),
     Mutant(
         "M170",

@@ -13,6 +13,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 from .conftest import shared_kernel
+from .test_jupyterlab import SLIDER_EXAMPLE
 from .test_kernel_client import INTERRUPT_TIMEOUT, REPLY_TIMEOUT, execute, result_of
 
 pytestmark = pytest.mark.e2e
@@ -193,6 +194,8 @@ def test_a_callback_that_throws_shows_its_error_and_the_comm_lives_on(kernel: Ke
     assert "callback failed on purpose" in _stderr(msgs), msgs
     msgs = _iopub_of(kc, _send(kc, "comm_msg", {"comm_id": comm_id, "data": {"again": 1}}))
     assert [m["content"]["data"] for m in _of_type(msgs, "comm_msg")] == [{"echo": {"again": 1}}]
+    _, outputs = execute(kc, "21 * 2")  # and the next cell runs
+    assert result_of(outputs) == "42"
 
 
 def test_an_interrupt_stops_a_callback_and_keeps_the_state(kernel: Kernel) -> None:
@@ -219,6 +222,27 @@ def test_an_interrupt_stops_a_callback_and_keeps_the_state(kernel: Kernel) -> No
     assert result_of(outputs) == "42"
     msgs = _iopub_of(kc, _send(kc, "comm_msg", {"comm_id": comm_id, "data": {"after": 1}}))
     assert [m["content"]["data"] for m in _of_type(msgs, "comm_msg")] == [{"echo": {"after": 1}}]
+
+
+def test_a_widget_view_arrives_in_the_bundle_as_a_json_object(kernel: Kernel) -> None:
+    """examples/widget_slider.jl: the slider's model is a comm_open to jupyter.widget with the
+    IntSlider's state, and its view reaches the client as a JSON object naming that model."""
+    _, kc = kernel
+    msg_id = kc.execute(f'include(raw"{SLIDER_EXAMPLE}"); slider')
+    msgs = _iopub_of(kc, msg_id)
+    (opened,) = _of_type(msgs, "comm_open")
+    assert opened["content"]["target_name"] == "jupyter.widget"
+    assert opened["metadata"] == {"version": "2.1.0"}
+    state = opened["content"]["data"]["state"]
+    assert (state["_model_name"], state["value"]) == ("IntSliderModel", 5), state
+    data = _of_type(msgs, "execute_result")[0]["content"]["data"]
+    view = data["application/vnd.jupyter.widget-view+json"]
+    assert view == {
+        "model_id": opened["content"]["comm_id"],
+        "version_major": 2,
+        "version_minor": 0,
+    }
+    assert data["text/plain"] == "IntSliderModel(value = 5)"
 
 
 def test_julia_dying_closes_every_comm(own_kernel: Kernel) -> None:
