@@ -376,9 +376,10 @@ class JuliaKernel(Kernel):
         await self._deliver_comm(parent)
 
     async def _deliver_comm(self, msg: dict[str, Any]) -> None:
-        """Run a frontend's comm message in Julia (JuliaSupervisor.deliver_comm). ipykernel
-        brackets it with busy and idle; what its callback prints, displays and sends goes out
-        with the message as its parent, as ipykernel's comm handlers do."""
+        """Run a frontend's comm message in Julia (JuliaSupervisor.deliver_comm). What its
+        callback prints, displays and sends goes out with the message as its parent, as
+        ipykernel's comm handlers do; ipykernel brackets it with busy and idle (ipykernel 7
+        not one that arrives while a cell runs, which it dispatches at once)."""
         msg_type = msg.get("header", {}).get("msg_type")
         content = msg.get("content")
         if not isinstance(content, dict) or not isinstance(content.get("comm_id"), str):
@@ -418,6 +419,10 @@ class JuliaKernel(Kernel):
             result = await self.supervisor.deliver_comm(message, sink)
         except (JuliaDiedError, JuliaStartupError) as exc:
             out.flush(final=True)
+            if msg_type == "comm_open":  # no Julia took it: the frontend's side stays alone
+                self._publish_comm(
+                    CommMessage("comm_close", {"comm_id": message.comm_id, "data": {}}), msg
+                )
             self._publish_stream("stderr", f"[jutul-jkernel] {msg_type} not handled: {exc}\n", msg)
             return
         finally:
