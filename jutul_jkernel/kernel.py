@@ -60,6 +60,9 @@ _IS_COMPLETE_WAIT = 0.8
 # dispatch_control), so neither a shutdown nor a second interrupt queues behind it.
 _INTERRUPT_SETTLE_WAIT = settle_wait()
 _CONTROL_QUEUE_POLL = 0.02
+# A comm_open asks Julia whether its target is known (answered in ~1 ms, while a cell runs too,
+# if it yields); past this the comm_open is queued for Julia as any comm message is.
+_COMM_TARGET_WAIT = 1.0
 # jupyter_client gives a kernel 2.5 s after shutdown_request before SIGTERM.
 _SHUTDOWN_BUDGET = 2.0
 # How often a pending input_request checks the stdin socket for the frontend's reply.
@@ -392,7 +395,14 @@ class JuliaKernel(Kernel):
             metadata if isinstance(metadata, dict) else {},
             tuple(bytes(b) for b in msg.get("buffers") or ()),
         )
-        if msg_type == "comm_open":  # until Julia closes it (an unknown target)
+        if msg_type == "comm_open":
+            if not await self._comm_target_may_be_known(content.get("target_name")):
+                # As ipykernel does for a target it does not know, and at once even while a
+                # cell runs: a widget manager opening its control comm is not kept waiting.
+                self._publish_comm(
+                    CommMessage("comm_close", {"comm_id": message.comm_id, "data": {}}), msg
+                )
+                return
             self._open_comms[message.comm_id] = str(content.get("target_name", ""))
         elif msg_type == "comm_close":
             self._open_comms.pop(message.comm_id, None)
@@ -433,6 +443,21 @@ class JuliaKernel(Kernel):
             self._publish_stream("stderr", f"[jutul-jkernel] {result.notice}\n", msg)
         if result.status != "ok":  # interrupted: the callback stopped, the state is kept
             self._publish_stream("stderr", "\n".join(result.error_info().traceback) + "\n", msg)
+
+    async def _comm_target_may_be_known(self, target: object) -> bool:
+        """False only when Julia says no code takes comms to ``target``; without an answer
+        within _COMM_TARGET_WAIT (Julia computing without yielding), the comm_open goes to
+        Julia, which decides once the cell has ended."""
+        if not isinstance(target, str) or not target:
+            return False
+        if not self.supervisor.alive:
+            return True  # the delivery starts Julia, or says why it cannot
+        try:
+            return await asyncio.wait_for(
+                self.supervisor.knows_comm_target(target), _COMM_TARGET_WAIT
+            )
+        except (JuliaDiedError, JuliaStartupError, TimeoutError, asyncio.TimeoutError):
+            return True
 
     def _publish_comm(self, message: CommMessage, parent: dict[str, Any] | None) -> None:
         """Publish a comm message Julia sent, keeping account of the comms open."""

@@ -48,7 +48,8 @@ class FrameKind(enum.Enum):
     # running), unless the SIGINT claimed <request> first (supervisor.py, _INT_ACK_MAX)
     TXT = "TXT"  # TXT <id> <n>: the line typed in answer to INP <id> (no trailing newline)
     NIN = "NIN"  # NIN <id> <n>: no input can be had for INP <id>; payload says why
-    QRY = "QRY"  # QRY <id> <complete|inspect|is_complete> <cursor> <n>: payload is the code
+    QRY = "QRY"  # QRY <id> <complete|inspect|is_complete|comm_target> <cursor> <n>: payload is
+    # the code (for comm_target, a target name)
     SYN = "SYN"  # SYN <seq> 0: answered by ACK <seq> once every earlier frame was handled
     COM = "COM"  # COM <id> <j> <n>: a frontend's comm message, run as evaluation <id> (its
     # callback); the payload as CMM's
@@ -70,7 +71,7 @@ _KINDS: dict[bytes, FrameKind] = {k.value.encode(): k for k in FrameKind}
 
 OUTPUT_STREAMS = ("stdout", "stderr")
 RESULT_STATUSES = ("ok", "err", "int")
-QUERY_OPS = ("complete", "inspect", "is_complete")
+QUERY_OPS = ("complete", "inspect", "is_complete", "comm_target")
 
 # A header is short: the longest is QRY with three small arguments, or RDY with a 64-char token.
 MAX_HEADER_BYTES = 256

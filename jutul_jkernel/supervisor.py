@@ -391,6 +391,11 @@ class JuliaSupervisor:
         """Whether ``code`` is complete, incomplete (with an indent) or invalid."""
         return await self._query("is_complete", code, 0)
 
+    async def knows_comm_target(self, target: str) -> bool:
+        """Whether Julia would take a comm_open to ``target`` (a package defined
+        ``register_comm`` for it). Answered while a cell runs, if it yields."""
+        return bool((await self._query("comm_target", target, 0)).get("known"))
+
     # ---- start-up ----
 
     def _new_id(self) -> int:

@@ -1672,7 +1672,7 @@ MUTANTS: tuple[Mutant, ...] = (
                 "nothing  # mutant M183",
             ),
         ),
-        (f"{COMMS}::test_an_unknown_target_is_closed_and_an_unknown_comm_is_dropped",),
+        (f"{COMMS}::test_an_unknown_target_is_closed_by_julia_after_a_cell_that_never_yields",),
     ),
     Mutant(
         "M184",
@@ -1718,6 +1718,18 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (f"{COMMS}::test_a_widget_view_arrives_in_the_bundle_as_a_json_object", LAB),
+    ),
+    Mutant(
+        "M188",
+        "a comm_open to an unknown target is closed at once, even while a cell runs",
+        (
+            Edit(
+                KER,
+                'if not await self._comm_target_may_be_known(content.get("target_name")):',
+                "if False:  # mutant M188",
+            ),
+        ),
+        ("tests/test_kernel_environment.py::test_comm_open_is_answered_while_a_cell_runs",),
     ),
     Mutant(
         "M170",

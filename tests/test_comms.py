@@ -306,3 +306,33 @@ def test_a_restart_closes_every_comm(own_kernel: Kernel) -> None:
             break
     kc.wait_for_ready(timeout=REPLY_TIMEOUT)
     assert _comm_info(kc) == {}
+
+
+def test_an_unknown_target_is_closed_by_julia_after_a_cell_that_never_yields(
+    kernel: Kernel,
+) -> None:
+    """While a cell computes without yielding, Julia cannot say whether it knows a target: the
+    comm_open waits for the cell, and then Julia closes it."""
+    _, kc = kernel
+    cell = kc.execute('println("spinning"); t0 = time(); while time() - t0 < 3; end')
+    order: list[str] = []
+    opening = ""
+    deadline = time.monotonic() + REPLY_TIMEOUT
+    while "closed" not in order:
+        assert time.monotonic() < deadline, order
+        try:
+            msg = kc.get_iopub_msg(timeout=1.0)
+        except queue.Empty:
+            continue
+        parent = msg["parent_header"].get("msg_id")
+        if parent == cell and msg["msg_type"] == "stream" and not opening:
+            opening = _send(
+                kc, "comm_open", {"comm_id": "jk-spin", "target_name": "jk_nobody", "data": {}}
+            )
+        elif parent == cell and msg["content"].get("execution_state") == "idle":
+            order.append("cell idle")
+        elif parent == opening and msg["msg_type"] == "comm_close":
+            assert msg["content"]["comm_id"] == "jk-spin", msg
+            order.append("closed")
+    assert order == ["cell idle", "closed"], order
+    assert "jk-spin" not in _comm_info(kc)

@@ -54,6 +54,10 @@ function answer_query(op::String, code::String, cursor::Int)
             return Dict("status" => "invalid")
         end
         return Dict("status" => "complete")
+    elseif op == "comm_target"
+        # Whether a comm_open to this target would be taken (comms.jl), asked while a cell
+        # runs: the kernel closes one nobody takes at once instead of queueing it.
+        return Dict("known" => knows_target(Symbol(code)))
     end
     return Dict("error" => "unknown query $(repr(op))")
 end

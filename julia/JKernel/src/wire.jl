@@ -44,7 +44,8 @@
 #   TXT <id> <n>                   the line typed in answer to INP <id>
 #   NIN <id> <n>                   no line can be had for INP <id>; payload says why
 #   QRY <id> <op> <cursor> <n>     op: complete | inspect | is_complete; payload: the code;
-#                                  cursor counts Unicode code points, as Jupyter does
+#                                  cursor counts Unicode code points, as Jupyter does.
+#                                  op comm_target: payload a target name, cursor 0
 #   SYN <seq> 0                    answered with ACK <seq>
 #   COM <id> <j> <n>               a frontend's comm message, run as evaluation <id> (its
 #                                  callback), queued in order with EXE and EXN; payload as CMM's
@@ -165,7 +166,7 @@ function parse_frames!(buf::Vector{UInt8}, handle)
     end
 end
 
-const QUERY_OPS = ("complete", "inspect", "is_complete")
+const QUERY_OPS = ("complete", "inspect", "is_complete", "comm_target")
 
 """Answer queries one at a time, beside evaluations (a long-lived task, as all of ours are)."""
 function query_loop()
