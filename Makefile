@@ -36,7 +36,7 @@ test: setup-test
 # supervisor against a real Julia, without Jupyter.
 quick: setup
 	$(PY) -m pytest -q -m "not integration and not e2e" $(PYTEST_ARGS)
-	$(PY) -m pytest -q tests/test_supervisor_julia.py $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow" tests/test_supervisor_julia.py $(PYTEST_ARGS)
 
 demo: setup
 	$(PY) examples/supervisor_demo.py

@@ -217,6 +217,7 @@ async def test_large_and_binary_output_arrive_intact(
 C_FLOOD = 'for i in 1:200_000; ccall(:puts, Cint, (Cstring,), "c flood line, c flood line"); end'
 
 
+@pytest.mark.slow
 async def test_c_output_larger_than_a_pipe_arrives_whole() -> None:
     """A C library printing megabytes without returning to Julia: every line arrives, in a
     fresh Julia and after a child process ran.
@@ -1014,6 +1015,7 @@ async def test_shutdown_stops_a_computing_julia_quickly() -> None:
         await asyncio.wait_for(task, 5)
 
 
+@pytest.mark.slow
 async def test_shutdown_when_idle_closes_cleanly() -> None:
     """An idle Julia exits by itself on socket EOF, with status 0, and is reaped."""
     sup = JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT)
