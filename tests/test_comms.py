@@ -79,6 +79,18 @@ def _iopub_of(
             return got
 
 
+def _iopub_stream(kc: BlockingKernelClient, timeout: float = REPLY_TIMEOUT) -> Iterator[Any]:
+    """IOPub messages as they come; the test fails once none came for ``timeout`` s in all."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        assert left > 0, f"IOPub: not what the test waits for within {timeout:g} s"
+        try:
+            yield kc.get_iopub_msg(timeout=min(left, 1.0))
+        except queue.Empty:
+            continue
+
+
 def _of_type(msgs: list[Any], msg_type: str) -> list[Any]:
     return [m for m in msgs if m["msg_type"] == msg_type]
 
@@ -270,13 +282,7 @@ def test_a_comm_message_sent_while_a_cell_runs_waits_for_it_and_is_not_lost(kern
     cell = kc.execute('sleep(1); println("cell done")')
     sending = _send(kc, "comm_msg", {"comm_id": comm_id, "data": {"queued": 1}})
     order = []
-    deadline = time.monotonic() + REPLY_TIMEOUT
-    while "echo" not in order:
-        assert time.monotonic() < deadline, order
-        try:
-            msg = kc.get_iopub_msg(timeout=1.0)
-        except queue.Empty:
-            continue
+    for msg in _iopub_stream(kc):
         parent = msg["parent_header"].get("msg_id")
         if parent == cell and msg["msg_type"] == "stream":
             order.append("cell output")
@@ -285,6 +291,7 @@ def test_a_comm_message_sent_while_a_cell_runs_waits_for_it_and_is_not_lost(kern
         elif parent == sending and msg["msg_type"] == "comm_msg":
             assert msg["content"]["data"] == {"echo": {"queued": 1}}, msg
             order.append("echo")
+            break
     assert order == ["cell output", "cell idle", "echo"], order
 
 
@@ -294,13 +301,7 @@ def test_a_restart_closes_every_comm(own_kernel: Kernel) -> None:
     msg_id = kc.execute('IJulia.CommManager.Comm(:jk_gauge; data = Dict("level" => 2)).id')
     comm_id = _of_type(_iopub_of(kc, msg_id), "comm_open")[0]["content"]["comm_id"]
     km.restart_kernel()
-    deadline = time.monotonic() + REPLY_TIMEOUT
-    while True:
-        assert time.monotonic() < deadline, "no comm_close after the restart"
-        try:
-            msg = kc.get_iopub_msg(timeout=1.0)
-        except queue.Empty:
-            continue
+    for msg in _iopub_stream(kc):
         if msg["msg_type"] == "comm_close":
             assert msg["content"]["comm_id"] == comm_id, msg
             break
@@ -317,13 +318,7 @@ def test_an_unknown_target_is_closed_by_julia_after_a_cell_that_never_yields(
     cell = kc.execute('println("spinning"); t0 = time(); while time() - t0 < 3; end')
     order: list[str] = []
     opening = ""
-    deadline = time.monotonic() + REPLY_TIMEOUT
-    while "closed" not in order:
-        assert time.monotonic() < deadline, order
-        try:
-            msg = kc.get_iopub_msg(timeout=1.0)
-        except queue.Empty:
-            continue
+    for msg in _iopub_stream(kc):
         parent = msg["parent_header"].get("msg_id")
         if parent == cell and msg["msg_type"] == "stream" and not opening:
             opening = _send(
@@ -334,5 +329,6 @@ def test_an_unknown_target_is_closed_by_julia_after_a_cell_that_never_yields(
         elif parent == opening and msg["msg_type"] == "comm_close":
             assert msg["content"]["comm_id"] == "jk-spin", msg
             order.append("closed")
+            break
     assert order == ["cell idle", "closed"], order
     assert "jk-spin" not in _comm_info(kc)
