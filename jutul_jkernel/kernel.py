@@ -26,7 +26,8 @@ import re
 import signal
 import sys
 from collections import deque
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Coroutine, Iterator
+from contextvars import ContextVar
 from typing import Any, ClassVar
 
 import zmq
@@ -63,6 +64,9 @@ _CONTROL_QUEUE_POLL = 0.02
 # A comm_open asks Julia whether its target is known (answered in ~1 ms, while a cell runs too,
 # if it yields); past this the comm_open is queued for Julia as any comm message is.
 _COMM_TARGET_WAIT = 1.0
+# Whether the shell message being handled is one ipykernel 7 dispatches beside the request
+# that holds the shell (a comm message arriving while a cell runs): see _comm_received.
+_BESIDE_ANOTHER: ContextVar[bool] = ContextVar("jutul_jkernel_beside_another", default=False)
 # jupyter_client gives a kernel 2.5 s after shutdown_request before SIGTERM.
 _SHUTDOWN_BUDGET = 2.0
 # How often a pending input_request checks the stdin socket for the frontend's reply.
@@ -140,8 +144,13 @@ class JuliaKernel(Kernel):
         self._history: deque[tuple[int, int, str, str | None]] = deque(maxlen=_HISTORY_LIMIT)
         self._last_parent: dict[str, Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        # Set while no cell runs, on the main loop (created there: see _start_julia).
+        # Set while no cell or comm callback runs or waits to, on the main loop (created there:
+        # see _start_julia); _running counts them.
         self._no_cell: asyncio.Event | None = None
+        self._running = 0
+        # The last comm message queued for Julia: each waits for the one before (see
+        # _comm_received), and a cell for all of them.
+        self._comm_queue: asyncio.Task[None] | None = None
         self._open_comms: dict[str, str] = {}  # comm id -> target name, open on both sides
         self._control_received = 0  # control messages received (control thread only)
         self._control_started = 0  # control messages whose handling began
@@ -191,6 +200,19 @@ class JuliaKernel(Kernel):
         if no_cell is not None and not no_cell.is_set():
             await self._wait_on_main_loop(no_cell.wait(), timeout)
         return no_cell is None or no_cell.is_set()
+
+    @contextlib.contextmanager
+    def _cell_running(self) -> Iterator[None]:
+        """Mark a cell or a comm callback as running (or waiting to) until the block ends."""
+        self._running += 1
+        if self._no_cell is not None:
+            self._no_cell.clear()
+        try:
+            yield
+        finally:
+            self._running -= 1
+            if self._running == 0 and self._no_cell is not None:
+                self._no_cell.set()
 
     async def _wait_on_main_loop(self, awaitable: Awaitable[Any], timeout: float) -> None:
         """Await ``awaitable`` on the main loop for at most ``timeout`` seconds, from any loop.
@@ -270,6 +292,12 @@ class JuliaKernel(Kernel):
     def dispatch_control(self, msg: Any) -> Any:
         self._control_received += 1
         return super().dispatch_control(msg)
+
+    async def dispatch_shell(self, msg: Any, *args: Any, **kwargs: Any) -> None:
+        # ipykernel 7 passes concurrent=True for a comm message it runs beside the request
+        # holding the shell, in a copied context (kernelbase.py, shell_main); 6.x never does.
+        _BESIDE_ANOTHER.set(bool(kwargs.get("concurrent", False)))
+        await super().dispatch_shell(msg, *args, **kwargs)
 
     async def process_control(self, msg: Any) -> None:
         self._control_started += 1
@@ -368,21 +396,62 @@ class JuliaKernel(Kernel):
     async def comm_open(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
         """A frontend opens a comm: Julia's ``register_comm`` for the target accepts it, or
         Julia closes it (a target nobody registered), as ipykernel does."""
-        await self._deliver_comm(parent)
+        await self._comm_received(parent)
 
     async def comm_msg(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
         """A message to an open comm: its ``on_msg`` runs in Julia."""
-        await self._deliver_comm(parent)
+        await self._comm_received(parent)
 
     async def comm_close(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
         """The frontend closes a comm: its ``on_close`` runs in Julia."""
-        await self._deliver_comm(parent)
+        await self._comm_received(parent)
+
+    async def _comm_received(self, msg: dict[str, Any]) -> None:
+        """Queue a comm message for Julia, after those before it; wait for it only when it
+        has the shell to itself.
+
+        ipykernel 7 runs a comm message that arrives while another request holds the shell
+        (a cell, a comm_open waiting for Julia) beside that request, and when the handler
+        returns it restores the shell parent it saw when the message came (kernelbase.py,
+        shell_main). Every shell message shares that parent, and Julia runs the callback only
+        after the cell, so a handler that waited for it put an old parent back under the next
+        cell: that cell's idle went out as another's, and JupyterLab kept it at [*] for good.
+        Beside another request, then, the handler returns once the message is queued.
+        """
+        before = self._comm_queue
+        delivery = asyncio.ensure_future(self._deliver_comm_after(before, msg))
+        self._comm_queue = delivery
+        if _BESIDE_ANOTHER.get():
+            self._tasks.add(delivery)
+            delivery.add_done_callback(self._comm_delivered)
+            return
+        await delivery  # ipykernel brackets it with busy and idle
+
+    async def _deliver_comm_after(
+        self, before: asyncio.Task[None] | None, msg: dict[str, Any]
+    ) -> None:
+        with self._cell_running():
+            if before is not None:
+                await asyncio.wait({before})  # its outcome is its own handler's to report
+            await self._deliver_comm(msg)
+
+    def _comm_delivered(self, delivery: asyncio.Task[None]) -> None:
+        self._tasks.discard(delivery)
+        exc = None if delivery.cancelled() else delivery.exception()
+        if exc is not None:
+            self.log.error("a comm message failed", exc_info=exc)
+
+    async def _comms_delivered(self) -> None:
+        """Wait until every comm message received so far has run in Julia (unbounded, as a
+        cell waits for the one before it; an interrupt ends a callback that hangs)."""
+        if self._comm_queue is not None and not self._comm_queue.done():
+            await asyncio.wait({self._comm_queue})
 
     async def _deliver_comm(self, msg: dict[str, Any]) -> None:
         """Run a frontend's comm message in Julia (JuliaSupervisor.deliver_comm). What its
         callback prints, displays and sends goes out with the message as its parent, as
-        ipykernel's comm handlers do; ipykernel brackets it with busy and idle (ipykernel 7
-        not one that arrives while a cell runs, which it dispatches at once)."""
+        ipykernel's comm handlers do; ipykernel brackets it with busy and idle, except for one
+        that arrives beside another request (see _comm_received)."""
         msg_type = msg.get("header", {}).get("msg_type")
         content = msg.get("content")
         if not isinstance(content, dict) or not isinstance(content.get("comm_id"), str):
@@ -422,8 +491,6 @@ class JuliaKernel(Kernel):
             comm=on_comm,
             backpressure=self._iopub_backpressure,
         )
-        if self._no_cell is not None:
-            self._no_cell.clear()
         try:
             await self._julia_ready(_KERNEL_INFO_WAIT)
             result = await self.supervisor.deliver_comm(message, sink)
@@ -437,8 +504,6 @@ class JuliaKernel(Kernel):
             return
         finally:
             out.flush(final=True)
-            if self._no_cell is not None:
-                self._no_cell.set()
         if result.notice:
             self._publish_stream("stderr", f"[jutul-jkernel] {result.notice}\n", msg)
         if result.status != "ok":  # interrupted: the callback stopped, the state is kept
@@ -509,14 +574,9 @@ class JuliaKernel(Kernel):
         cell_id: str | None = None,
     ) -> dict[str, Any]:
         """Run a cell in Julia, publishing its output, displays and result as they come."""
-        if self._no_cell is not None:
-            self._no_cell.clear()
-        try:
+        # Everything of the cell is queued on IOPub when the block ends (see interrupt_request).
+        with self._cell_running():
             return await self._execute(code, silent, store_history, user_expressions, allow_stdin)
-        finally:
-            # Everything of the cell is queued on IOPub by now (see interrupt_request).
-            if self._no_cell is not None:
-                self._no_cell.set()
 
     async def _execute(
         self,
@@ -530,6 +590,7 @@ class JuliaKernel(Kernel):
         ident = self._get_shell_context_var(self._shell_parent_ident)
         self._last_parent = parent
         count = self.execution_count
+        await self._comms_delivered()  # those received before the cell run before it
         await self._julia_ready(_KERNEL_INFO_WAIT)
 
         if code.strip() in ("exit", "quit"):

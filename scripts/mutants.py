@@ -1732,6 +1732,24 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/test_kernel_environment.py::test_comm_open_is_answered_while_a_cell_runs",),
     ),
     Mutant(
+        "M189",
+        "a comm message that comes while a cell runs leaves the next cell its own idle",
+        (Edit(KER, "if _BESIDE_ANOTHER.get():", "if False:  # mutant M189"),),
+        (f"{COMMS}::test_the_cell_after_a_comm_queued_behind_a_cell_gets_its_own_idle",),
+    ),
+    Mutant(
+        "M190",
+        "comm messages received before a cell run before it",
+        (
+            Edit(
+                KER,
+                "await self._comms_delivered()  # those received before the cell run before it",
+                "pass  # mutant M190",
+            ),
+        ),
+        (f"{COMMS}::test_a_comm_open_queued_behind_a_callback_is_handled_before_the_next_cell",),
+    ),
+    Mutant(
         "M170",
         "a plain kernel start does not import the Xvfb module",
         (Edit(KSUP, "from . import settings", "from . import settings, xvfb  # mutant M170"),),

@@ -64,7 +64,7 @@ AREAS: tuple[Area, ...] = (
         "Comms and widgets",
         "docs/comms.md",
         ["M177", "M178", "M179", "M180", "M181", "M182", "M183", "M184", "M185", "M186",
-         "M187", "M188"],
+         "M187", "M188", "M189", "M190"],
     ),  # fmt: skip
     Area("Input and prompts", "docs/clients.md#input", ["M113", "M115", "M116", "M117", "M119"]),
     Area("Clients", "docs/clients.md", ["M26", "M27"]),

@@ -33,6 +33,7 @@ function CM.register_comm(comm::CM.Comm{:jk_echo}, msg)
         push!(seen, ("msg", m.content["data"], length(m.buffers)))
         haskey(m.content["data"], "boom") && error("callback failed on purpose")
         haskey(m.content["data"], "nap") && sleep(1000)
+        haskey(m.content["data"], "slow") && sleep(m.content["data"]["slow"])
         println("echoing ", m.content["data"])
         CM.send_comm(comm, Dict("echo" => m.content["data"]); buffers = reverse(m.buffers))
     end
@@ -293,6 +294,56 @@ def test_a_comm_message_sent_while_a_cell_runs_waits_for_it_and_is_not_lost(kern
             order.append("echo")
             break
     assert order == ["cell output", "cell idle", "echo"], order
+
+
+def test_the_cell_after_a_comm_queued_behind_a_cell_gets_its_own_idle(kernel: Kernel) -> None:
+    """A comm_msg arrives while a cell runs, a second cell is queued behind both, and the
+    callback is still running in Julia when that second cell's turn comes: the second cell
+    still gets its idle (JupyterLab keeps a cell at [*] until it has).
+
+    ipykernel 7 dispatches such a comm message beside the cell and, once its handler returns,
+    restores the parent it saw when the message came (kernelbase.py, shell_main); every shell
+    message shares that parent, so a handler that waited for Julia put the first cell's parent
+    back under the second cell, whose idle then went out as the first cell's."""
+    _, kc = kernel
+    comm_id = "jk-echo-slow"
+    _iopub_of(
+        kc, _send(kc, "comm_open", {"comm_id": comm_id, "target_name": "jk_echo", "data": {}})
+    )
+    kc.execute("sleep(1)")
+    sending = _send(kc, "comm_msg", {"comm_id": comm_id, "data": {"slow": 1}})
+    second = kc.execute('"second"')
+    echoes, msgs = [], []
+    for msg in _iopub_stream(kc):
+        parent = msg["parent_header"].get("msg_id")
+        if parent == sending and msg["msg_type"] == "comm_msg":
+            echoes.append(msg["content"]["data"])
+        elif parent == second:
+            msgs.append(msg)
+            if msg["content"].get("execution_state") == "idle":
+                break
+    assert result_of(msgs) == '"second"', msgs
+    assert echoes == [{"echo": {"slow": 1}}], echoes  # the callback ran before the second cell
+    msgs = _iopub_of(kc, kc.execute('"third"'))  # and the kernel goes on
+    assert result_of(msgs) == '"third"', msgs
+
+
+def test_a_comm_open_queued_behind_a_callback_is_handled_before_the_next_cell(
+    kernel: Kernel,
+) -> None:
+    """A comm_open that arrives while a callback runs waits for it, and then for Julia's word
+    on its target; the cell sent after it still runs after it, as with ipykernel, and sees
+    what register_comm did."""
+    _, kc = kernel
+    comm_id = "jk-echo-first"
+    _iopub_of(
+        kc, _send(kc, "comm_open", {"comm_id": comm_id, "target_name": "jk_echo", "data": {}})
+    )
+    _send(kc, "comm_msg", {"comm_id": comm_id, "data": {"slow": 0.5}})
+    opening = {"comm_id": "jk-echo-second", "target_name": "jk_echo", "data": {"second": 1}}
+    _send(kc, "comm_open", opening)
+    cell = kc.execute('("open", Dict("second" => 1)) in seen')
+    assert result_of(_iopub_of(kc, cell)) == "true"
 
 
 def test_a_restart_closes_every_comm(own_kernel: Kernel) -> None:
