@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import os
 import re
@@ -42,16 +41,15 @@ import termios
 import threading
 import tty
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import IO, Any
 
 from . import __version__, settings
 from .errors import JuliaDiedError, JuliaStartupError
 from .julia_options import add_julia_options, julia_flags
-from .results import ExecutionResult
 from .sink import Display, OutputSink
 from .streams import StreamCoalescer
 from .supervisor import JuliaSupervisor
+from .transcript import Output, Transcript, render, result_outputs
 
 MARKER = "loading complete. first delimiter:"
 MULTILINE = "--"
@@ -65,11 +63,6 @@ _DELIMITER_LENGTH = 10
 # costs bounded memory here and a bounded read for the client.
 _OUTPUT_HEAD_CHARS = 256 * 1024
 _OUTPUT_TAIL_CHARS = 256 * 1024
-# How an image is recognised in a MIME bundle, most preferred first.
-_IMAGE_MIMES = ("image/png", "image/jpeg", "image/gif", "image/svg+xml")
-_BINARY_MIMES = frozenset({"image/png", "image/jpeg", "image/gif"})
-_TEXT_MIMES = ("text/plain", "text/markdown", "text/latex", "text/html", "application/json")
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # The end of the line breaks Python's str.splitlines() knows: a client may split on any of them,
 # so a delimiter after any of them counts as the start of a line.
 _LINE_START = "(?:^|(?<=[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]))"
@@ -99,147 +92,6 @@ def unescape_body(body: str, delimiter: str) -> str:
     """Undo :func:`escape_body`: what a client does to see the output exactly as printed."""
     pattern = re.compile(_LINE_START + r"\\(?=\\*" + re.escape(delimiter) + ")", re.MULTILINE)
     return pattern.sub("", body)
-
-
-# ---- rendering ----
-
-
-@dataclass
-class Output:
-    """One output of a request: ``kind`` is its tag (stdout, display_data, error, ...)."""
-
-    kind: str
-    text: str
-    mime: str = "text/plain"
-    display_id: str | None = None
-
-
-def render(outputs: list[Output]) -> str:
-    """One non-empty output as it is; several in tags, in order (fastcore's render_text)."""
-    shown = [o for o in outputs if o.text]
-    if not shown:
-        return ""
-    if len(shown) == 1:
-        return shown[0].text
-    parts = []
-    for o in shown:
-        attrs = f' mime="{o.mime}"' if o.mime != "text/plain" else ""
-        end = "" if o.text.endswith("\n") else "\n"
-        parts.append(f"<{o.kind}{attrs}>\n{o.text}{end}</{o.kind}>")
-    return "\n".join(parts)
-
-
-def bundle_text(data: dict[str, Any]) -> tuple[str, str]:
-    """The MIME type and text an agent sees of a MIME bundle: text, or a note for an image."""
-    for mime in _IMAGE_MIMES:
-        if mime in data:
-            return mime, _image_note(mime, str(data[mime]))
-    for mime in _TEXT_MIMES:
-        if isinstance(data.get(mime), str):
-            return "text/plain" if mime == "text/plain" else mime, data[mime]
-    mime = next(iter(data), "text/plain")
-    return mime, f"[{mime}, {len(str(data.get(mime, '')))} characters, not shown]"
-
-
-def _image_note(mime: str, value: str) -> str:
-    """``[image/png, 640x480, 23456 bytes]``: what the image is, without its bytes."""
-    if mime not in _BINARY_MIMES:
-        return f"[{mime}, {len(value.encode())} bytes]"
-    try:
-        raw = base64.b64decode(value)
-    except ValueError:
-        return f"[{mime}, {len(value)} characters of base64 that do not decode]"
-    size = ""
-    if raw.startswith(_PNG_SIGNATURE) and len(raw) >= 24:
-        width, height = int.from_bytes(raw[16:20], "big"), int.from_bytes(raw[20:24], "big")
-        size = f", {width}x{height}"
-    return f"[{mime}{size}, {len(raw)} bytes]"
-
-
-def _error_text(ename: str, traceback: list[str]) -> str:
-    """The exception, its message and the user's frames (the server drops its own frames)."""
-    lines = list(traceback) or [ename]
-    if not lines[0].startswith(ename):
-        lines[0] = f"{ename}: {lines[0]}"  # showerror of an ErrorException prints the message only
-    return "\n".join(lines)
-
-
-@dataclass
-class _Response:
-    """What one request produced, collected in order until its result arrives."""
-
-    outputs: list[Output] = field(default_factory=list)
-    kept_chars: int = 0
-    cut_chars: int = 0
-    tail: str = ""
-    tail_stream: str = "stdout"
-    clear_pending: bool = False
-
-    def stream(self, name: str, text: str) -> None:
-        self._clear_if_pending()
-        take = text[: max(0, _OUTPUT_HEAD_CHARS - self.kept_chars)]
-        if take:
-            self.kept_chars += len(take)
-            last = self.outputs[-1] if self.outputs else None
-            if last is not None and last.kind == name:
-                last.text += take
-            else:
-                self.outputs.append(Output(name, take))
-        rest = text[len(take) :]
-        if rest:
-            self.cut_chars += len(rest)
-            self.tail = (self.tail + rest)[-_OUTPUT_TAIL_CHARS:]
-            self.tail_stream = name
-
-    def display(self, shown: Display) -> None:
-        """Apply a display message as a notebook would: add, update in place, or clear."""
-        kind = shown.kind
-        if kind == "clear_output":
-            if shown.wait:
-                self.clear_pending = True
-            else:
-                self.outputs.clear()
-            return
-        mime, text = bundle_text(shown.data)
-        display_id = shown.display_id
-        if kind == "update_display_data":
-            for o in self.outputs:
-                if display_id is not None and o.display_id == display_id:
-                    o.mime, o.text = mime, text
-            return
-        self._clear_if_pending()
-        self.outputs.append(Output("display_data", text, mime, display_id))
-
-    def _clear_if_pending(self) -> None:
-        if self.clear_pending:
-            self.clear_pending = False
-            self.outputs.clear()
-
-    def finish(self, extra: list[Output]) -> list[Output]:
-        """All outputs in order, the cut-off middle of long output noted, then ``extra``."""
-        outputs = list(self.outputs)
-        if self.cut_chars:
-            hidden = self.cut_chars - len(self.tail)
-            if hidden:
-                note = f"[jutul-jkernel agent: {hidden} characters of output cut here]\n"
-                outputs.append(Output("notice", note))
-            outputs.append(Output(self.tail_stream, self.tail))
-        return outputs + extra
-
-
-def result_outputs(result: ExecutionResult) -> list[Output]:
-    """The outputs an execution's result adds after its streams and displays."""
-    outputs = [Output("notice", result.notice)] if result.notice else []
-    if result.status == "interrupted":
-        kept = "state kept" if result.state_kept else "Julia was restarted, state lost"
-        return [*outputs, Output("error", f"InterruptException: interrupted; {kept}.")]
-    if result.status == "error":
-        err = result.error_info()
-        return [*outputs, Output("error", _error_text(err.ename, err.traceback))]
-    if result.data:
-        mime, text = bundle_text(result.data)
-        return [*outputs, Output("execute_result", text, mime)]
-    return [*outputs, Output("execute_result", result.text)]
 
 
 # ---- the agent ----
@@ -376,7 +228,7 @@ class Agent:
         """Run one request in Julia and return its rendered body (not yet escaped)."""
         self._requests += 1
         number = self._requests
-        response = _Response()
+        response = Transcript(_OUTPUT_HEAD_CHARS, _OUTPUT_TAIL_CHARS, "jutul-jkernel agent")
         out = StreamCoalescer(response.stream)
         for stream, data in self._take_stray():  # printed by background tasks since the last
             out.write(stream, data)
