@@ -26,7 +26,7 @@ setup-test: setup
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) -m pip install --quiet -e '.[test,bench,mcp]'
 	@touch $(STAMP)
 
 test: setup-test
