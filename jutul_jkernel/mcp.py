@@ -291,8 +291,8 @@ async def _abandon(s: Session, task: asyncio.Task[list[Output]], started: float)
     finally:
         s.running = None
     took = asyncio.get_running_loop().time() - started
-    ending = render(extra) if extra else "it ended"
-    return f"The previous call, cancelled by the client after {took:.0f} s, ended: {ending}"
+    ending = "\n".join(o.text.rstrip("\n") for o in extra if o.text) or "it ended."
+    return f"The previous call, cancelled by the client after {took:.0f} s, ended:\n{ending}"
 
 
 async def _refuse_input(prompt: str, password: bool) -> str:

@@ -343,8 +343,51 @@ def test_cancelled_call_is_interrupted_and_the_next_call_says_so(
     future.cancel()
     body = client.eval("before_cancel")
     assert body.startswith("<notice>\nThe previous call, cancelled by the client after "), body
-    assert "InterruptException: interrupted; state kept." in body, body
+    assert " s, ended:\nInterruptException: interrupted; state kept.\n</notice>" in body, body
     assert body.endswith("<execute_result>\n3\n</execute_result>"), body
+
+
+# A loop that blocks SIGINT where Julia 1.5.3 takes it (signal 12) and never yields: nothing
+# but a restart ends it (tests/test_supervisor_julia.py, STUBBORN).
+STUBBORN = (
+    "function stubborn(); mask = zeros(UInt64, 16); mask[1] = UInt64(1) << (12 - 1); "
+    "ccall(:pthread_sigmask, Cint, (Cint, Ptr{UInt64}, Ptr{Cvoid}), 0, mask, C_NULL); "
+    "TOUCH; x = 0.0; while true; x += 1.0; end; end; stubborn()"
+)
+
+
+@pytest.mark.integration
+def test_timeout_that_nothing_stops_says_the_state_was_lost(client: McpClient) -> None:
+    """The escalation ends in a restart: the answer says plainly that the state is gone."""
+    client.eval("doomed = 1", session="stubborn")
+    client.eval(WARM_INTERRUPTS, session="stubborn")
+    body = client.eval(STUBBORN.replace("TOUCH", "nothing"), session="stubborn", timeout=1)
+    assert "restarted" in body, body
+    assert body.endswith(
+        "InterruptException: timeout: interrupted after 1 s; Julia did not respond and was "
+        "restarted: state lost.\n</error>"
+    ), body
+    assert client.eval("isdefined(Main, :doomed)", session="stubborn") == "false"
+
+
+@pytest.mark.integration
+def test_cancelled_call_that_nothing_stops_tells_the_next_call_the_state_was_lost(
+    client: McpClient, tmp_path: Path
+) -> None:
+    """Cancelled, the call is escalated to a restart; the next call, in the fresh Julia, says
+    that the state was lost (the cancelled request itself gets no answer)."""
+    client.eval("doomed = 1", session="stubborn-cancel")
+    client.eval(WARM_INTERRUPTS, session="stubborn-cancel")
+    started, touch = started_file(tmp_path)
+    future = client.submit(
+        "julia_eval", {"code": STUBBORN.replace("TOUCH", touch), "session": "stubborn-cancel"}
+    )
+    wait_for_file(started, client)
+    future.cancel()
+    body = client.eval("isdefined(Main, :doomed)", session="stubborn-cancel")
+    assert body.startswith("<notice>\nThe previous call, cancelled by the client"), body
+    assert "restarted: state lost." in body, body
+    assert body.endswith("<execute_result>\nfalse\n</execute_result>"), body
 
 
 @pytest.mark.integration
