@@ -2,7 +2,8 @@
 
 ``python -m jutul_jkernel.agent`` (or ``jutul-jkernel-agent``) keeps one Julia session alive
 and answers plain-text requests on stdin with plain-text responses on stdout, the protocol of
-clikernel (a Python worker for LLM agents):
+clikernel (a Python worker for LLM agents) as its versions 0.1.0 to 0.1.6 speak it (0.1.7
+renamed the start-up line's "first delimiter" to "session delimiter"):
 
 - Start-up prints its loading status and whatever Julia printed while starting, then
   ``loading complete. first delimiter:`` and, on a line of its own, a random delimiter that
