@@ -106,6 +106,9 @@ FT = "tests/test_faults.py"
 JK_LIFELINE = "julia/JKernel/src/lifeline.jl"
 DSSH = "tests/test_distributed_ssh.py"
 DIST = "tests/test_distributed.py"
+MCPS = "jutul_jkernel/mcp.py"
+MT = "tests/test_mcp.py"
+AGENT = "jutul_jkernel/agent.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -1757,6 +1760,148 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/test_settings.py::"
             "test_the_xvfb_module_is_imported_only_for_a_kernel_with_a_private_display",
         ),
+    ),
+    Mutant(
+        "M200",
+        "MCP: stdout and stderr come without terminal escapes",
+        (Edit(MCPS, 'return _ANSI.sub("", text)', "return text  # mutant M200"),),
+        (f"{MT}::test_outputs_in_order_without_ansi",),
+    ),
+    Mutant(
+        "M201",
+        "MCP: long output is kept as head and tail, with a note of what was cut",
+        (Edit(MCPS, "_OUTPUT_HEAD_CHARS = 20_000", "_OUTPUT_HEAD_CHARS = 2_000_000  # mutant M201"),),
+        (f"{MT}::test_a_megabyte_of_output_keeps_head_and_tail",),
+    ),
+    Mutant(
+        "M202",
+        "MCP: a timeout interrupts the call and keeps the state, never restarts for being slow",
+        (
+            Edit(
+                MCPS,
+                "await s.supervisor.interrupt() extra = await _ended(task) "
+                "extra = _after_timeout(extra, limit)",
+                "await s.supervisor.restart()  # mutant M202\n"
+                "                extra = await _ended(task)\n"
+                "                extra = _after_timeout(extra, limit)",
+            ),
+        ),
+        (
+            f"{MT}::test_timeout_on_sleep_interrupts_and_keeps_state",
+            f"{MT}::test_timeout_on_a_printing_loop_keeps_output_and_state",
+        ),
+    ),
+    Mutant(
+        "M203",
+        "MCP: a timed-out call answers with what it printed so far",
+        (
+            Edit(
+                MCPS,
+                "extra = _after_timeout(extra, limit)",
+                "extra = _after_timeout(extra, limit)\n"
+                "                transcript.outputs.clear()  # mutant M203",
+            ),
+        ),
+        (f"{MT}::test_timeout_on_sleep_interrupts_and_keeps_state",),
+    ),
+    Mutant(
+        "M204",
+        "MCP: a call whose interrupt ended in a restart says plainly that the state was lost",
+        (Edit(MCPS, "if result.state_kept", "if True  # mutant M204\n            "),),
+        (
+            f"{MT}::test_timeout_that_nothing_stops_says_the_state_was_lost",
+            f"{MT}::test_cancelled_call_that_nothing_stops_tells_the_next_call_the_state_was_lost",
+        ),
+    ),
+    Mutant(
+        "M205",
+        "MCP: a call the client cancelled is interrupted, and the next call says how it ended",
+        (Edit(MCPS, 'before.append(Output("notice", said))', "pass  # mutant M205"),),
+        (
+            f"{MT}::test_cancelled_call_is_interrupted_and_the_next_call_says_so",
+            f"{MT}::test_cancelled_call_that_nothing_stops_tells_the_next_call_the_state_was_lost",
+        ),
+    ),
+    Mutant(
+        "M206",
+        "MCP: PNG displays and values come back as image content",
+        (Edit(MCPS, "image = await _image(o.data) if o.data else None", "image = None  # M206"),),
+        (f"{MT}::test_png_display_and_value_are_image_content",),
+    ),
+    Mutant(
+        "M207",
+        "MCP: each session has its own Julia and state",
+        (
+            Edit(
+                MCPS,
+                "s = self.sessions.get(name) if s is not None:",
+                "s = next(iter(self.sessions.values()), None)  # mutant M207\n"
+                "        if s is not None:",
+            ),
+        ),
+        (f"{MT}::test_two_sessions_run_at_once_with_their_own_state",),
+    ),
+    Mutant(
+        "M208",
+        "MCP: different sessions run in parallel",
+        (
+            Edit(
+                MCPS,
+                "async with s.queue:",
+                "async with next(iter(sessions.sessions.values())).queue:  # mutant M208",
+            ),
+        ),
+        (f"{MT}::test_two_sessions_run_at_once_with_their_own_state",),
+    ),
+    Mutant(
+        "M209",
+        "MCP: long calls send progress notifications with their latest lines",
+        (Edit(MCPS, "await ctx.report_progress(", "await asyncio.sleep(0) or (  # mutant M209\n"),),
+        (f"{MT}::test_progress_notifications_carry_the_latest_lines",),
+    ),
+    Mutant(
+        "M210",
+        "MCP: a crash is explained, and the next call runs in a fresh Julia",
+        (
+            Edit(
+                MCPS,
+                "except JuliaDiedError as exc: return [Output(",
+                "except JuliaDiedError as exc:\n        return []  # mutant M210\n"
+                "        return [Output(",
+            ),
+        ),
+        (f"{MT}::test_crash_is_explained_and_the_next_call_is_fresh",),
+    ),
+    Mutant(
+        "M211",
+        "MCP: a session's first call can choose its project",
+        (
+            Edit(
+                MCPS,
+                "args.project = project if project is not None else self.args.project",
+                "args.project = self.args.project  # mutant M211",
+            ),
+        ),
+        (f"{MT}::test_sessions_are_listed",),
+    ),
+    Mutant(
+        "M212",
+        "MCP: julia_restart gives the session a fresh Julia",
+        (Edit(MCPS, "await s.supervisor.restart()", "pass  # mutant M212"),),
+        (f"{MT}::test_restart_loses_state",),
+    ),
+    Mutant(
+        "M213",
+        "the MCP SDK is an optional extra: the kernel and the agent do not import it",
+        (
+            Edit(
+                AGENT,
+                "from .transcript import Output,",
+                "from . import mcp as _mcp  # noqa: F401  mutant M213\n"
+                "from .transcript import Output,",
+            ),
+        ),
+        (f"{MT}::test_a_plain_kernel_import_does_not_load_the_sdk",),
     ),
 )
 

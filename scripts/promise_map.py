@@ -68,6 +68,7 @@ AREAS: tuple[Area, ...] = (
     ),  # fmt: skip
     Area("Input and prompts", "docs/clients.md#input", ["M113", "M115", "M116", "M117", "M119"]),
     Area("Clients", "docs/clients.md", ["M26", "M27"]),
+    Area("Julia sessions over MCP", "docs/mcp.md"),
     Area(
         "Coming from IJulia or the REPL",
         "README.md#coming-from-ijulia-or-the-repl",
@@ -130,6 +131,7 @@ FILE_AREAS: dict[str, str] = {
     "test_papermill.py": "Clients",
     "test_notebooks.py": "Clients",
     "test_agent.py": "Clients",
+    "test_mcp.py": "Julia sessions over MCP",
     "test_repl_parity.py": "Coming from IJulia or the REPL",
     "test_environment.py": "Coming from IJulia or the REPL",
     "test_kernel_environment.py": "Coming from IJulia or the REPL",
