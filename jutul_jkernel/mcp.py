@@ -184,6 +184,11 @@ async def evaluate(
             said = await asyncio.shield(s.abandoned)  # a cancelled wait must not cancel it
             s.abandoned = None
             before.append(Output("notice", said))
+        try:
+            # Before the clock starts: the timeout is for the code, not for Julia's start-up.
+            await s.supervisor.start()
+        except JuliaStartupError as exc:
+            return [*before, Output("error", f"{exc.ename}: {exc}")]
         s.calls += 1
         transcript = Transcript(_OUTPUT_HEAD_CHARS, _OUTPUT_TAIL_CHARS)
         out = StreamCoalescer(transcript.stream)
