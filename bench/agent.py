@@ -1,11 +1,13 @@
-"""``python -m bench.agent``: the agent's cost per request, and its interrupts beside clikernel's.
+"""``python -m bench.agent``: the agent's and the MCP server's cost per request, and the agent's
+interrupts beside clikernel's.
 
     python -m bench.agent                                   # round trip only
     python -m bench.agent --clikernel /tmp/venv/bin/clikernel --runs 400 --interrupts 10
 
-Round trip: ``1+1`` through the agent's pipes, through the kernel (jupyter_client, as
-``python -m bench`` measures it) and through a JuliaSupervisor on an event loop in a thread of
-this process, interleaved in blocks so that the machine's noise falls on all three; medians are
+Round trip: ``1+1`` through the agent's pipes, through the MCP server (``julia_eval`` by the
+SDK's stdio client, as an MCP client calls it; needs the ``mcp`` extra), through the kernel
+(jupyter_client, as ``python -m bench`` measures it) and through a JuliaSupervisor on an event
+loop in a thread of this process, interleaved in blocks so that the machine's noise falls on all three; medians are
 printed. Interrupts: a
 worker that runs a ``sleep`` gets SIGINT once the request provably runs (it creates a file);
 then three requests follow. Printed per worker: how long until the response ended, whether it
@@ -111,12 +113,58 @@ class ThreadedSupervisor:
         self.thread.join(10)
 
 
+class ThreadedMcpClient:
+    """``jutul-jkernel-mcp`` driven by the SDK's stdio client on an event loop in a thread."""
+
+    def __init__(self) -> None:
+        from mcp import ClientSession, StdioServerParameters  # the mcp extra, only here
+        from mcp.client.stdio import stdio_client
+
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "jutul_jkernel.mcp"], env=dict(os.environ)
+        )
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.stop = asyncio.Event()
+        self.session: Any = None
+        ready = threading.Event()
+
+        async def run() -> None:
+            with open(os.devnull, "w") as errlog:
+                async with (
+                    stdio_client(params, errlog=errlog) as (read, write),
+                    ClientSession(read, write) as session,
+                ):
+                    await session.initialize()
+                    self.session = session
+                    ready.set()
+                    await self.stop.wait()
+
+        self.main = asyncio.run_coroutine_threadsafe(run(), self.loop)
+        if not ready.wait(_START_WAIT):
+            raise RuntimeError("the MCP server did not initialise")
+
+    def eval(self, code: str) -> str:
+        result = asyncio.run_coroutine_threadsafe(
+            self.session.call_tool("julia_eval", {"code": code}), self.loop
+        ).result(_START_WAIT)
+        return "".join(c.text for c in result.content if c.type == "text")
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.stop.set)
+        self.main.result(_START_WAIT)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
 def roundtrip(runs: int, warmup: int = 20, block: int = 20) -> None:
-    samples: dict[str, list[float]] = {"agent": [], "kernel": [], "supervisor": []}
+    samples: dict[str, list[float]] = {"agent": [], "mcp": [], "kernel": [], "supervisor": []}
     with JupyterEnv() as env, Kernel(env, JULIA) as kernel:
         kernel.start()
         settle(kernel)
         agent = agent_worker()
+        mcp = ThreadedMcpClient()
         sup = ThreadedSupervisor()
 
         def agent_1p1() -> None:
@@ -125,12 +173,17 @@ def roundtrip(runs: int, warmup: int = 20, block: int = 20) -> None:
             if got != [".", "2"]:
                 raise RuntimeError(f"the agent answered 1+1 with {got!r}")
 
+        def mcp_1p1() -> None:
+            if (text := mcp.eval("1+1")) != "2":
+                raise RuntimeError(f"the MCP server answered 1+1 with {text!r}")
+
         def sup_1p1() -> None:
             if (text := sup.call(sup.sup.execute("1+1")).text) != "2":
                 raise RuntimeError(f"JuliaSupervisor answered 1+1 with {text!r}")
 
         ways = {
             "agent": agent_1p1,
+            "mcp": mcp_1p1,
             "kernel": lambda: kernel.check("1+1", "2"),
             "supervisor": sup_1p1,
         }
@@ -147,6 +200,7 @@ def roundtrip(runs: int, warmup: int = 20, block: int = 20) -> None:
                         samples[name].append(time.perf_counter() - t0)
         finally:
             agent.close()
+            mcp.close()
             sup.close()
     medians = {name: (stat(xs, "median") or 0.0) * 1e3 for name, xs in samples.items()}
     print(f"round trip of 1+1, {runs} each, interleaved in blocks of {block} (ms):")
@@ -155,7 +209,8 @@ def roundtrip(runs: int, warmup: int = 20, block: int = 20) -> None:
         print(f"  {name:<11} median {medians[name]:6.2f}  p90 {p90:6.2f}")
     print(
         f"  agent / kernel = {medians['agent'] / medians['kernel']:.2f}; the agent's own share "
-        f"(agent - supervisor in a thread) = {medians['agent'] - medians['supervisor']:.2f} ms"
+        f"(agent - supervisor in a thread) = {medians['agent'] - medians['supervisor']:.2f} ms; "
+        f"MCP's (mcp - agent) = {medians['mcp'] - medians['agent']:.2f} ms"
     )
 
 
