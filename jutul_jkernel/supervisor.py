@@ -238,7 +238,8 @@ class JuliaSupervisor:
         from ``In[n]``, else the execution's id), and the pre-execute hooks run; an unnamed one
         (``user_expressions``) leaves history alone. Raises JuliaDiedError if Julia dies
         meanwhile. Cancelling it (a timeout around it, say) interrupts the cell as interrupt()
-        would, and the next execution waits until it ended.
+        would, and the next execution waits until it ended (and says so if its interrupt ended
+        in a restart, which lost the state).
         """
 
         def frame_of(eid: int) -> bytes:
@@ -317,6 +318,14 @@ class JuliaSupervisor:
             self._ladder.ensure(ex.interrupt, self._julia)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(ex.future), settle_wait())
+            if (
+                ex.future.done()
+                and ex.future.exception() is None
+                and not ex.future.result().state_kept
+            ):
+                # The escalation ended in a restart. Nobody reads a cancelled execution's result,
+                # so the next execution says that the state was lost.
+                self._lost_state = ex.future.result().notice
             j = self._julia
             if (
                 j is not None

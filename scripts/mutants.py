@@ -1762,6 +1762,12 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     Mutant(
+        "M191",
+        "a cancelled execution whose interrupt ended in a restart: the next one says state was lost",
+        (Edit(SUP, "self._lost_state = ex.future.result().notice", "pass  # mutant M191"),),
+        (f"{SJ}::test_a_cancelled_execution_that_ends_in_a_restart_tells_the_next_one",),
+    ),
+    Mutant(
         "M200",
         "MCP: stdout and stderr come without terminal escapes",
         (Edit(MCPS, 'return _ANSI.sub("", text)', "return text  # mutant M200"),),

@@ -43,7 +43,8 @@ AREAS: tuple[Area, ...] = (
         "Interrupts",
         "docs/interrupts.md",
         ["M2", "M3", "M5", "M7", "M9", "M10", "M22", "M23", "M28", "M29", "M30", "M47",
-         "M90", "M140", "M141", "M142", "M143", "M144", "M145", "M146", "M147", "M148"],
+         "M90", "M140", "M141", "M142", "M143", "M144", "M145", "M146", "M147", "M148",
+         "M191"],
     ),  # fmt: skip
     Area(
         "Processes an interrupted cell started",

@@ -829,6 +829,24 @@ async def test_a_cancelled_execution_is_interrupted(
     assert julia.alive and julia.pid == pid
 
 
+async def test_a_cancelled_execution_that_ends_in_a_restart_tells_the_next_one(
+    julia: JuliaSupervisor, start_signal: StartSignal
+) -> None:
+    """A cancelled cell that nothing stops is escalated to a restart. Nobody reads its result,
+    so the next execution carries the notice that the state was lost."""
+    assert (await run(julia, "keep = 42")).status == "ok"
+    pid = julia.pid
+    task = asyncio.create_task(julia.execute(STUBBORN.format(started=start_signal.julia)))
+    await started_or_ended(task, start_signal)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    r = await run(julia, "isdefined(Main, :keep)")
+    assert r.text == "false"
+    assert r.notice is not None and "restarted" in r.notice, r.notice
+    assert julia.pid not in (None, pid)
+
+
 @pytest.mark.asyncio(loop_scope="module")
 async def test_late_sigint_does_not_hit_the_next_cell(
     warm_julia: JuliaSupervisor, start_signal: StartSignal
