@@ -27,6 +27,7 @@ import asyncio
 import base64
 import contextlib
 import copy
+import inspect
 import json
 import os
 import re
@@ -406,7 +407,6 @@ def build_server(sessions: Sessions) -> MCPServer[Any]:
         ),
     )
 
-    @server.tool()
     async def julia_eval(
         code: str,
         session: str = "default",
@@ -430,7 +430,6 @@ def build_server(sessions: Sessions) -> MCPServer[Any]:
             return CallToolResult(content=[TextContent(type="text", text=str(exc))], is_error=True)
         return CallToolResult(content=await contents(outputs))
 
-    @server.tool()
     async def julia_interrupt(session: str = "default") -> str:
         """Interrupt the call running in a session; its state is kept unless Julia ignores
         every interrupt (it is then restarted, and the call says so)."""
@@ -440,7 +439,6 @@ def build_server(sessions: Sessions) -> MCPServer[Any]:
         await s.supervisor.interrupt()
         return f"interrupting the running call of session {session!r}; it answers how it ended"
 
-    @server.tool()
     async def julia_restart(session: str = "default") -> str:
         """Restart a session's Julia: all its variables, functions and packages are lost."""
         s = sessions.known(session)
@@ -448,11 +446,13 @@ def build_server(sessions: Sessions) -> MCPServer[Any]:
         sup = s.supervisor
         return f"session {session!r} restarted: Julia {sup.julia_version}, pid {sup.pid}; state lost"
 
-    @server.tool()
     async def julia_sessions() -> str:
         """List the sessions: name, project, Julia version, pid, busy or idle, memory."""
         return json.dumps([describe(s) for s in sessions.sessions.values()], indent=1)
 
+    # Descriptions without the docstrings' indentation; plain text answers, not also as JSON.
+    for tool in (julia_eval, julia_interrupt, julia_restart, julia_sessions):
+        server.add_tool(tool, description=inspect.getdoc(tool), structured_output=False)
     return server
 
 
