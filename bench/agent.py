@@ -7,12 +7,12 @@ interrupts beside clikernel's.
 Round trip: ``1+1`` through the agent's pipes, through the MCP server (``julia_eval`` by the
 SDK's stdio client, as an MCP client calls it; needs the ``mcp`` extra), through the kernel
 (jupyter_client, as ``python -m bench`` measures it) and through a JuliaSupervisor on an event
-loop in a thread of this process, interleaved in blocks so that the machine's noise falls on all three; medians are
-printed. Interrupts: a
-worker that runs a ``sleep`` gets SIGINT once the request provably runs (it creates a file);
-then three requests follow. Printed per worker: how long until the response ended, whether it
-ended with the delimiter, and what the three requests answered. clikernel (any worker with its
-protocol) is never a dependency of this project: pass the path of one installed elsewhere.
+loop in a thread of this process, interleaved in blocks so that the machine's noise falls on
+all of them; medians are printed. Interrupts: a worker that runs a ``sleep`` gets SIGINT once
+the request provably runs (it creates a file); then three requests follow. Printed per worker:
+how long until the response ended, whether it ended with the delimiter, and what the three
+requests answered. clikernel (any worker with its protocol) is never a dependency of this
+project: pass the path of one installed elsewhere.
 """
 
 from __future__ import annotations

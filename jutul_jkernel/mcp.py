@@ -1,4 +1,4 @@
-"""Julia for agents over the Model Context Protocol: named sessions, each a :class:`JuliaSupervisor`.
+"""Julia for agents over the Model Context Protocol: named sessions, each a JuliaSupervisor.
 
 ``jutul-jkernel-mcp`` (or ``python -m jutul_jkernel.mcp``) is an MCP server on stdio, built on
 the official Python SDK (the ``mcp`` extra; no other module of the package imports it). Tools:
@@ -444,7 +444,9 @@ def build_server(sessions: Sessions) -> MCPServer[Any]:
         s = sessions.known(session)
         await s.supervisor.restart()
         sup = s.supervisor
-        return f"session {session!r} restarted: Julia {sup.julia_version}, pid {sup.pid}; state lost"
+        return (
+            f"session {session!r} restarted: Julia {sup.julia_version}, pid {sup.pid}; state lost"
+        )
 
     async def julia_sessions() -> str:
         """List the sessions: name, project, Julia version, pid, busy or idle, memory."""

@@ -1763,7 +1763,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "M191",
-        "a cancelled execution whose interrupt ended in a restart: the next one says state was lost",
+        "a cancelled execution whose interrupt ended in a restart: the next one says so",
         (Edit(SUP, "self._lost_state = ex.future.result().notice", "pass  # mutant M191"),),
         (f"{SJ}::test_a_cancelled_execution_that_ends_in_a_restart_tells_the_next_one",),
     ),
@@ -1776,7 +1776,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M201",
         "MCP: long output is kept as head and tail, with a note of what was cut",
-        (Edit(MCPS, "_OUTPUT_HEAD_CHARS = 20_000", "_OUTPUT_HEAD_CHARS = 2_000_000  # mutant M201"),),
+        (Edit(MCPS, "_OUTPUT_HEAD_CHARS = 20_000", "_OUTPUT_HEAD_CHARS = 2_000_000  # M201"),),
         (f"{MT}::test_a_megabyte_of_output_keeps_head_and_tail",),
     ),
     Mutant(
