@@ -39,7 +39,7 @@ from typing import Any
 
 import psutil
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import CallToolResult, ImageContent, TextContent
+from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent
 
 from . import __version__, settings
 from .errors import JuliaDiedError, JuliaStartupError
@@ -70,9 +70,6 @@ _NO_INPUT = (
     "an MCP call cannot answer readline(): put the data in the code instead "
     '(e.g. a string literal or `IOBuffer("...")`)'
 )
-
-Content = TextContent | ImageContent
-
 
 def strip_ansi(text: str) -> str:
     """``text`` without terminal escape sequences."""
@@ -308,10 +305,10 @@ async def _refuse_input(prompt: str, password: bool) -> str:
 # ---- MCP content ----
 
 
-async def contents(outputs: list[Output]) -> list[Content]:
+async def contents(outputs: list[Output]) -> list[ContentBlock]:
     """The outputs as MCP content, in order: runs of text as one text block each, images as
     image blocks."""
-    blocks: list[Content] = []
+    blocks: list[ContentBlock] = []
     texts: list[Output] = []
 
     def flush() -> None:
