@@ -704,15 +704,6 @@ def summary(report: Report) -> list[str]:
 # ---- command line ----
 
 
-def _positive_seconds(text: str) -> float:
-    """``--timeout``'s type: the settings' rule for seconds, with argparse's kind of error."""
-    seconds = settings.positive_seconds(text)
-    if seconds is None:
-        msg = f"expected a positive number of seconds, got {text!r}"
-        raise argparse.ArgumentTypeError(msg)
-    return seconds
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jutul-jkernel-doctor",
@@ -741,7 +732,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--timeout",
         metavar="SECONDS",
-        type=_positive_seconds,
+        type=settings.seconds_argument,
         default=_CHECK_TIMEOUT,
         help=f"how long each check may take (default: {_CHECK_TIMEOUT:g})",
     )

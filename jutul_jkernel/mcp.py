@@ -466,16 +466,6 @@ async def serve(sessions: Sessions) -> None:
 # ---- command line ----
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if value <= 0:
-        msg = f"expected a positive number of seconds, got {text!r}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
-
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -498,7 +488,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--timeout",
         metavar="SECONDS",
-        type=_positive_seconds,
+        type=settings.seconds_argument,
         default=_DEFAULT_TIMEOUT,
         help="interrupt a julia_eval call after this long unless it asks otherwise "
         f"(default {_DEFAULT_TIMEOUT:g}); the session's state is kept",

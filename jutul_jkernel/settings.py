@@ -10,6 +10,7 @@ docs/configuration.md describes the user's settings for users.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 
@@ -75,8 +76,18 @@ def positive_seconds(text: str) -> float | None:
         seconds = float(text)
     except ValueError:
         return None
-    if seconds <= 0:
+    if not seconds > 0:  # NaN too: it compares false with everything
         return None
+    return seconds
+
+
+def seconds_argument(text: str) -> float:
+    """An argparse ``type`` for seconds (``--timeout``): :func:`positive_seconds`, with
+    argparse's kind of error."""
+    seconds = positive_seconds(text)
+    if seconds is None:
+        msg = f"expected a positive number of seconds, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
     return seconds
 
 

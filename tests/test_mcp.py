@@ -184,6 +184,18 @@ def test_a_plain_kernel_import_does_not_load_the_sdk() -> None:
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("value", ["0", "-3", "nan", "soon"])
+def test_a_bad_timeout_is_refused_with_what_was_wrong(value: str) -> None:
+    """--timeout takes a positive number of seconds; anything else is named, and nothing runs."""
+    done = subprocess.run(
+        [sys.executable, "-m", "jutul_jkernel.mcp", "--timeout", value],
+        capture_output=True, text=True, timeout=STEP_TIMEOUT, stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 2, done
+    assert f"--timeout: expected a positive number of seconds, got {value!r}" in done.stderr
+
+
 # ---- evaluation ----
 
 

@@ -173,7 +173,7 @@ def test_env_seconds_reads_a_positive_number_or_takes_the_default(
     assert settings.startup_timeout(7.0) == seconds
 
 
-@pytest.mark.parametrize("value", ["soon", "0", "-5", "1s"])
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "1s", "nan"])
 def test_env_seconds_names_the_variable_and_the_bad_value(
     monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
@@ -187,10 +187,13 @@ def test_env_seconds_names_the_variable_and_the_bad_value(
     )
 
 
-def test_the_doctors_timeout_keeps_its_own_message(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("value", ["0", "nan", "soon"])
+def test_the_doctors_timeout_keeps_its_own_message(
+    capsys: pytest.CaptureFixture[str], value: str
+) -> None:
     with pytest.raises(SystemExit):
-        doctor._parser().parse_args(["--timeout", "0"])
-    assert "expected a positive number of seconds, got '0'" in capsys.readouterr().err
+        doctor._parser().parse_args(["--timeout", value])
+    assert f"expected a positive number of seconds, got {value!r}" in capsys.readouterr().err
     assert doctor._parser().parse_args(["--timeout", "1.5"]).timeout == 1.5
 
 
