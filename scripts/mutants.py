@@ -106,6 +106,7 @@ FT = "tests/test_faults.py"
 JK_LIFELINE = "julia/JKernel/src/lifeline.jl"
 DSSH = "tests/test_distributed_ssh.py"
 DIST = "tests/test_distributed.py"
+JK_DIST = "julia/JKernel/src/distributed.jl"
 MCPS = "jutul_jkernel/mcp.py"
 MT = "tests/test_mcp.py"
 AGENT = "jutul_jkernel/agent.py"
@@ -1538,6 +1539,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "a local worker that outlasts SIGTERM gets SIGKILL from the lifeline",
         (Edit(JK_LIFELINE, 'kill -9 $p 2>/dev/null")', 'true")  # mutant M156'),),
         (f"{DIST}::test_sigkilled_julia_ends_busy_local_workers",),
+    ),
+    Mutant(
+        "M157",
+        "a message an interrupt tore is dropped, so the worker's next call is answered",
+        (Edit(JK_DIST, "trylock(io.lock) || continue", "continue  # mutant M157"),),
+        (f"{DIST}::test_a_call_after_a_send_an_interrupt_tore_is_answered",),
     ),
     Mutant(
         "M160",

@@ -104,6 +104,64 @@ function interrupt_remote_workers()
     nothing
 end
 
+"""The index of the last byte of the last occurrence of `pattern` in `data`, or 0."""
+function end_of_last(pattern::Vector{UInt8}, data::Vector{UInt8})
+    m = length(pattern)
+    for stop in length(data):-1:m
+        view(data, stop-m+1:stop) == pattern && return stop
+    end
+    return 0
+end
+
+"""
+    drop_torn_sends()
+
+Drop what an interrupt left of a message to a worker, so that the worker's next call is
+answered. Distributed writes a message (header, body, MSG_BOUNDARY) into the worker stream's
+write buffer and flushes it at the end, holding the stream's lock throughout, and its `finally`
+only unlocks (`send_msg_`, JuliaLang/Distributed.jl src/messages.jl; the same in Julia 1.5.3's
+stdlib). A SIGINT lands in whichever task runs: in a pmap feeder serializing its call (often
+while compiling the serializer, which is when Julia misses the INT frame), it leaves the
+message's first part in the buffer. The next message goes out behind it, the worker fails to
+read that, skips to the next boundary, and so swallows the next message: its call is never
+answered (issue 21's test_distributed hang). With the lock held here no send is under way, and
+whatever follows the buffer's last MSG_BOUNDARY is such a fragment; complete messages stay.
+A message longer than the buffer (64 KiB) may have had a part flushed already: the worker then
+still loses one message. Never throws.
+"""
+function drop_torn_sends()
+    D = distributed()
+    (D === nothing || !all(s -> isdefined(D, s), (:PGRP, :Worker, :MSG_BOUNDARY))) && return
+    try
+        for w in D.PGRP.workers
+            (w isa D.Worker && isdefined(w, :w_stream)) || continue
+            io = w.w_stream
+            io isa Base.LibuvStream || continue   # TCPSocket for LocalManager and SSHManager
+            buf = io.sendbuf
+            (buf isa IOBuffer && bytesavailable(buf) > 0) || continue
+            trylock(io.lock) || continue   # a send under way (it may wait in a flush)
+            dropped = 0
+            try
+                Base.iolock_begin()
+                data = take!(buf)
+                keep = end_of_last(D.MSG_BOUNDARY, data)
+                write(buf, view(data, 1:keep))
+                Base.iolock_end()
+                dropped = length(data) - keep
+            finally
+                unlock(io.lock)
+            end
+            dropped > 0 && println(stderr, "jutul-jkernel: the interrupt cut a message to ",
+                "worker ", w.id, " short; dropped its first ", dropped, " bytes, so that the ",
+                "worker's next call is answered")
+        end
+    catch e
+        e isa InterruptException || diag("checking the workers' streams failed: ",
+                                         sprint(showerror, e))
+    end
+    nothing
+end
+
 """
     release_workers()
 
@@ -187,6 +245,7 @@ function compile_worker_handling()
         precompile(ssh_interrupt_cmd, (Cmd, String, Int))
         wait(spawn_detached(`true`))   # compiles the spawn path all the way down
         precompile(interrupt_remote_workers, ())
+        precompile(drop_torn_sends, ())
         precompile(workers_waited_on, (Module,))
         precompile(has_remote_workers, (Module,))
         has_remote_workers(D) && workers_waited_on(D)   # read-only: warms the dynamic calls

@@ -142,6 +142,8 @@ function run_cell(mod::Module, code::String, filename::String, cell::Int = 0)
     try
         IN_USER[] = true
         STARTUP_PENDING[] && CURRENT[] != 0 && run_startup_files()   # not in warm-up cells
+        # A late SIGINT can tear a background task's send to a worker too (drop_torn_sends).
+        cell > 0 && CURRENT[] != 0 && Base.invokelatest(drop_torn_sends)
         cell > 0 && run_hooks(PREEXECUTE_HOOKS)
         value = in_cell_scope(() -> eval_cell(mod, code, filename))
         shown = value !== nothing && !ends_with_semicolon(code)
@@ -163,6 +165,8 @@ function run_cell(mod::Module, code::String, filename::String, cell::Int = 0)
         status = is_interrupt(e) ? "int" : "err"
         # Before rendering the error, which can take a second while that code is still cold.
         status == "int" && acknowledge_interrupt()
+        # First the sends the interrupt tore, before anything else writes to a worker.
+        status == "int" && CURRENT[] != 0 && Base.invokelatest(drop_torn_sends)
         status == "int" && CURRENT[] != 0 && Base.invokelatest(interrupt_remote_workers)
         if cell > 0
             quietly(() -> set_err!(e))
