@@ -56,6 +56,7 @@ function precompile_workload()
     precompile(drain_output, ())
     precompile(flush_all, ())
     precompile(set_buffering!, (Bool,))
+    precompile(drop_torn_sends, ())   # at the start of every cell
 
     # a cell: parse, evaluate, output, result, error
     precompile(warm_up_steps, ())
