@@ -26,7 +26,14 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 from .conftest import SHARED_KERNEL_PIDS, START_TIMEOUT, install_spec, stop_kernel
-from .test_kernel_client import REPLY_TIMEOUT, collect, execute, result_of, text_of
+from .test_kernel_client import (
+    REPLY_TIMEOUT,
+    collect,
+    execute,
+    result_of,
+    text_of,
+    wait_until_warm,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -254,6 +261,11 @@ def test_comm_open_to_an_unknown_target_is_closed(default_kernel: Session) -> No
 def test_comm_open_is_answered_while_a_cell_runs(default_kernel: Session) -> None:
     """A widget manager opening a comm while a cell waits (here on stdin) is not kept waiting."""
     kc = default_kernel.kc
+    # The kernel waits 1 s for Julia's answer to "is this target known?" and then queues the
+    # comm_open behind the cell, which here waits on stdin. Cold, that answer took up to 3.6 s
+    # beside a whole-suite run (the mutants baseline failed on it); the idle warm-up now
+    # compiles it, and a session is warm long before a widget manager opens a comm mid-cell.
+    wait_until_warm(kc)
     cell = kc.execute("answer = readline()", allow_stdin=True)
     request = kc.get_stdin_msg(timeout=REPLY_TIMEOUT)
     assert request["msg_type"] == "input_request"

@@ -40,6 +40,8 @@ function precompile_workload()
     precompile(Base.write, (PIPE_STDIO, UInt8))
     precompile(json, (Dict{String,Any},))
     precompile(json, (Dict{String,String},))
+    precompile(json, (Dict{String,Bool},))   # the comm_target query's answer
+    precompile(knows_target, (Symbol,))
 
     # the long-lived tasks
     precompile(eval_loop, ())
