@@ -34,9 +34,11 @@ test: setup-test
 
 # Unit tests are those marked neither integration nor e2e; test_supervisor_julia.py is the
 # supervisor against a real Julia, without Jupyter.
+# Two pytest workers (pytest-xdist), one per core here: most of a test's time is a fresh
+# Julia compiling its first cell, which keeps one core busy.
 quick: setup
-	$(PY) -m pytest -q -m "not integration and not e2e" $(PYTEST_ARGS)
-	$(PY) -m pytest -q -m "not slow" tests/test_supervisor_julia.py $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 -m "not integration and not e2e" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 -m "not slow" tests/test_supervisor_julia.py $(PYTEST_ARGS)
 
 demo: setup
 	$(PY) examples/supervisor_demo.py

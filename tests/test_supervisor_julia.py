@@ -576,6 +576,7 @@ PKG_ADD_INTERRUPT_AFTER = (0.5, 1.0, 1.5)
 PKG_CLONING = "Cloning"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("after", PKG_ADD_INTERRUPT_AFTER)
 async def test_interrupt_while_julia_compiles_keeps_the_session(
     tmp_path: Path, after: float
@@ -781,6 +782,7 @@ async def test_interrupt_of_a_loop_without_safepoints_is_forced(
     print(f"\n[interrupt] spin without safepoint: {latency * 1000:.0f} ms, forced, state kept")
 
 
+@pytest.mark.slow
 async def test_interrupt_that_nothing_stops_restarts_julia(
     julia: JuliaSupervisor, start_signal: StartSignal
 ) -> None:
@@ -829,6 +831,7 @@ async def test_a_cancelled_execution_is_interrupted(
     assert julia.alive and julia.pid == pid
 
 
+@pytest.mark.slow
 async def test_a_cancelled_execution_that_ends_in_a_restart_tells_the_next_one(
     julia: JuliaSupervisor, start_signal: StartSignal
 ) -> None:
