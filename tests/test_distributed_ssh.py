@@ -27,7 +27,7 @@ from jupyter_client.manager import KernelManager
 
 from .conftest import SHARED_KERNEL_PIDS, START_TIMEOUT, start_kernel, stop_kernel
 from .ssh_fixture import SshServer
-from .test_distributed import assert_everywhere_prints
+from .test_distributed import assert_everywhere_prints, sigint_a_running_cell
 from .test_faults import julia_of
 from .test_kernel_client import collect, drain, execute, result_of, text_of
 
@@ -258,7 +258,7 @@ def test_a_signalled_interrupt_keeps_the_workers_and_their_lifeline(
         if p.name() == "ssh" and any("while read" in a for a in p.cmdline())
     ]
     assert len(lifelines) == 1, [p.cmdline() for p in psutil.Process(julia).children()]
-    os.killpg(julia, signal.SIGINT)
+    sigint_a_running_cell(kc, julia)
     # A cell's round trip to both workers: an ssh the SIGINT reached has died by its end.
     reply, outputs = execute(kc, "[remotecall_fetch(getpid, w) for w in workers()]", CELL_TIMEOUT)
     assert reply["content"]["status"] == "ok", reply["content"]
