@@ -238,7 +238,10 @@ MUTANTS: tuple[Mutant, ...] = (
                 "@async flusher_loop()  # mutant M9: no interrupt sink",
             ),
         ),
-        (f"{SJ}::test_sigint_alone_stops_each_case",),
+        (
+            f"{SJ}::test_sigint_alone_stops_each_case",
+            f"{SJ}::test_a_sigint_landing_in_a_finished_task_reaches_the_cell",
+        ),
     ),
     Mutant(
         "M10",
