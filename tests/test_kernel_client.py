@@ -141,6 +141,7 @@ INTERRUPT_CASES = {
     "end; spin()",
 }
 FORCED_NOTICE = "[jutul-jkernel] The interrupt had to be forced"
+CUT_SHORT_NOTICE = "[jutul-jkernel] Output cut short:"
 
 
 @pytest.mark.parametrize("case", list(INTERRUPT_CASES))
@@ -163,6 +164,10 @@ def test_interrupt_request_keeps_state(
     assert [m for m in outputs if m["msg_type"] == "error"]
     stderr = text_of(outputs, "stderr").splitlines()
     notices = [line for line in stderr if "[jutul-jkernel]" in line]
+    if case == "printing loop":
+        # What was in the pipes beyond 8 KiB when the interrupt came is dropped and said: with
+        # the reader behind (a fresh clone's make test beside make mutants), 36 KB once.
+        notices = [line for line in notices if not line.startswith(CUT_SHORT_NOTICE)]
     if case == "loop without safepoints":
         assert len(notices) == 1 and notices[0].startswith(FORCED_NOTICE), notices
     else:

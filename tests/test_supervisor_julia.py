@@ -415,6 +415,8 @@ INTERRUPT_CASES: dict[str, tuple[str, set[str]]] = {
         {"frame", "sigint"},
     ),
 }
+PRINTING_CASES = {"printing loop", "compute, print and sleep"}
+CUT_SHORT = "Output cut short:"  # escalation.Interrupt.notices
 SPIN = "function spin(); {started}; x = 0.0; while true; x += 1.0; end; end; spin()"
 # "Nothing stops it": thread 1 blocks SIGUSR2, which Julia's signal thread uses to deliver
 # SIGINT (and to force it), then spins without safepoints. Only a kill ends it.
@@ -470,7 +472,11 @@ async def test_interrupt_keeps_state(
     assert result.status == "interrupted", result
     assert result.interrupt_path in paths, result
     assert result.state_kept
-    assert result.notice is None, result.notice
+    # A cell that prints may have more than _KEPT_IN_FLIGHT (8 KiB) in the pipes when the
+    # interrupt comes, if the reader is behind (a loaded machine): that is dropped and said.
+    # Nothing else is said: no forced throw, no restart.
+    allowed = CUT_SHORT if case in PRINTING_CASES else ()
+    assert result.notice is None or result.notice.startswith(allowed), result.notice
     assert result.error is not None and result.error.ename == "InterruptException"
     assert (await run(julia, "keep")).text == "42"
     assert julia.alive and julia.pid == pid
