@@ -457,10 +457,20 @@ async def warm_julia() -> AsyncIterator[JuliaSupervisor]:
         SHARED.remove(sup)
 
 
+# A cell that yields takes the INT frame; the SIGINT follows only after _INT_ACK_WAIT (20 ms)
+# without an answer, and then delivers the same request (one delivery, issue 21). The start
+# signal comes before the cell reaches its sleep or wait, so on a loaded machine Julia can stay
+# silent that long on its way there (another Julia starting beside it under pytest-xdist, 1 run
+# in 4; once as a stopped make mutants' processes ended), and the path is "sigint" by design. A
+# frame case that went by SIGINT is tried again: it must be taken by the frame within
+# FRAME_TRIES tries, which without the frame (M3) it never is.
+FRAME_TRIES = 3
+
+
 @pytest.mark.asyncio(loop_scope="module")
 @pytest.mark.parametrize("case", list(INTERRUPT_CASES))
 async def test_interrupt_keeps_state(
-    warm_julia: JuliaSupervisor, start_signal: StartSignal, case: str
+    warm_julia: JuliaSupervisor, tmp_path: Path, case: str
 ) -> None:
     """The running cell ends as interrupted, by the path docs/interrupts.md promises for it, with no
     notice, and every variable defined before survives in the same Julia."""
@@ -468,19 +478,28 @@ async def test_interrupt_keeps_state(
     code, paths = INTERRUPT_CASES[case]
     assert (await run(julia, "keep = 42")).status == "ok"
     pid = julia.pid
-    result, latency = await interrupt_when_started(julia, code, start_signal, Output())
-    assert result.status == "interrupted", result
-    assert result.interrupt_path in paths, result
-    assert result.state_kept
-    # A cell that prints may have more than _KEPT_IN_FLIGHT (8 KiB) in the pipes when the
-    # interrupt comes, if the reader is behind (a loaded machine): that is dropped and said.
-    # Nothing else is said: no forced throw, no restart.
-    allowed = CUT_SHORT if case in PRINTING_CASES else ()
-    assert result.notice is None or result.notice.startswith(allowed), result.notice
-    assert result.error is not None and result.error.ename == "InterruptException"
-    assert (await run(julia, "keep")).text == "42"
-    assert julia.alive and julia.pid == pid
-    print(f"\n[interrupt] {case}: {result.interrupt_path}, {latency * 1000:.0f} ms, state kept")
+    seen = []
+    for _ in range(FRAME_TRIES if paths == {"frame"} else 1):
+        started = StartSignal(tmp_path)  # a FIFO whose writer closed reads as ready: one each
+        try:
+            result, latency = await interrupt_when_started(julia, code, started, Output())
+        finally:
+            started.close()
+        seen.append(result.interrupt_path)
+        assert result.status == "interrupted", result
+        assert result.state_kept
+        # A cell that prints may have more than _KEPT_IN_FLIGHT (8 KiB) in the pipes when the
+        # interrupt comes, if the reader is behind (a loaded machine): that is dropped and said.
+        # Nothing else is said: no forced throw, no restart.
+        allowed = CUT_SHORT if case in PRINTING_CASES else ()
+        assert result.notice is None or result.notice.startswith(allowed), result.notice
+        assert result.error is not None and result.error.ename == "InterruptException"
+        assert (await run(julia, "keep")).text == "42"
+        assert julia.alive and julia.pid == pid
+        if result.interrupt_path in paths or result.interrupt_path != "sigint":
+            break
+    assert result.interrupt_path in paths, (seen, result)
+    print(f"\n[interrupt] {case}: {seen}, {latency * 1000:.0f} ms, state kept")
 
 
 @pytest.mark.asyncio(loop_scope="module")
