@@ -264,6 +264,14 @@ class StartSignal:
         assert not set(path) & set('"$\\'), f"{path!r} needs quoting in Julia"
         return f'write("{path}", "x")'
 
+    @property
+    def julia_once_waiting(self) -> str:
+        """The statement that signals from a task of its own, which runs only once the cell
+        yields (in its sleep or wait). An interrupt sent then meets a Julia that waits: sent
+        while the cell is still on its way there, 20 ms without an answer (a loaded machine)
+        let a SIGINT deliver it instead of the frame, by design."""
+        return f"@async {self.julia}"
+
     def wait(self, timeout: float) -> None:
         """Block until the cell signalled; fail after ``timeout`` seconds."""
         ready, _, _ = select.select([self._fd], [], [], timeout)

@@ -193,7 +193,7 @@ async def test_each_cell_opens_its_c_episode_from_a_task_of_its_own(tmp_path: Pa
         # the next cell opened its own episode, and the last one's task is over
         code = "istaskdone(t), Base._sigint_foreground_task[] === current_task() !== t"
         assert (await run(sup, code)).text == "(true, true)"
-        cell = f"{started.julia}; try; sleep(60); finally; global stopped = true; end"
+        cell = f"{started.julia_once_waiting}; try; sleep(60); finally; global stopped = true; end"
         task = asyncio.create_task(sup.execute(cell, None))
         await started.wait_async(CELL_BOUND)
         await sup.interrupt()

@@ -625,7 +625,8 @@ async def test_first_interrupt_in_a_fresh_session(
 ) -> None:
     """Right after start (nothing compiled yet) an interrupt still keeps state."""
     assert (await run(julia, "keep = 42")).status == "ok"
-    result, latency = await interrupt_when_started(julia, "{started}; sleep(1000)", start_signal)
+    code = "@async {started}; sleep(1000)"  # signalled once it sleeps, as julia_once_waiting
+    result, latency = await interrupt_when_started(julia, code, start_signal)
     assert result.status == "interrupted"
     assert result.interrupt_path == "frame"
     assert (await run(julia, "keep")).text == "42"
@@ -968,7 +969,9 @@ async def test_an_interrupt_landing_while_the_first_is_handled_still_ends_the_ce
             f"kept = 5; slow_hook() = ({in_hook.julia}; sleep(1000)); "
             "IJulia.push_posterror_hook(slow_hook); nothing",
         )
-        task = asyncio.create_task(julia.execute(f"{stopped.julia}; sleep(1000)", name="In[2]"))
+        task = asyncio.create_task(
+            julia.execute(f"{stopped.julia_once_waiting}; sleep(1000)", name="In[2]")
+        )
         await stopped.wait_async(CELL_BOUND)
         await julia.interrupt()
         await in_hook.wait_async(INTERRUPT_BOUND)
