@@ -473,12 +473,13 @@ async def test_interrupt_keeps_state(
     warm_julia: JuliaSupervisor, tmp_path: Path, case: str
 ) -> None:
     """The running cell ends as interrupted, by the path docs/interrupts.md promises for it, with no
-    notice, and every variable defined before survives in the same Julia."""
+    notice but the cut-short output of a cell that prints, and every variable defined before
+    survives in the same Julia."""
     julia = warm_julia
     code, paths = INTERRUPT_CASES[case]
     assert (await run(julia, "keep = 42")).status == "ok"
     pid = julia.pid
-    seen = []
+    seen: list[str | None] = []
     for _ in range(FRAME_TRIES if paths == {"frame"} else 1):
         started = StartSignal(tmp_path)  # a FIFO whose writer closed reads as ready: one each
         try:
