@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import secrets
 import select
 import subprocess
@@ -23,6 +24,15 @@ from jutul_jkernel.supervisor import JuliaSupervisor
 
 # Every fixture-made supervisor gets this much time to start; a cold Julia needs ~1 s here.
 STARTUP_TIMEOUT = 60.0
+
+# SGR colour codes, which Julia writes under --color=yes (the kernelspec's default).
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def strip_ansi(text: str) -> str:
+    return ANSI.sub("", text)
+
+
 # How long a test waits for processes it ended to be reaped before calling them leaked.
 REAP_GRACE = 5.0
 

@@ -34,12 +34,17 @@ import pytest_asyncio
 
 from jutul_jkernel.supervisor import ExecutionResult, JuliaSupervisor
 
-from .conftest import SHARED, STARTUP_TIMEOUT, Output, StartSignal
+from .conftest import SHARED, STARTUP_TIMEOUT, Output, StartSignal, strip_ansi
 
 pytestmark = pytest.mark.integration
 
 CONTRACTS = Path(__file__).parent / "contracts"
-PRELOADS = ("abstractpipe_getproperty.jl", "require_world.jl", "repl_ast_transforms.jl")
+PRELOADS = (
+    "abstractpipe_getproperty.jl",
+    "require_world.jl",
+    "repl_ast_transforms.jl",
+    "stdio_iocontext.jl",
+)
 # Compiling a fresh package starts a second Julia: seconds on a loaded 2-core machine.
 CELL_BOUND = 120.0
 
@@ -93,7 +98,8 @@ def fresh_package(root: Path) -> tuple[str, str]:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def newer_julia() -> AsyncIterator[JuliaSupervisor]:
     """Julia 1.5.3 with every contract in tests/contracts/ preloaded."""
-    args = [a for name in PRELOADS for a in ("-L", str(CONTRACTS / name))]
+    # --color=yes as the kernelspec passes it: with a colour flag, 1.6+ wraps stderr (above).
+    args = ["--color=yes", *(a for name in PRELOADS for a in ("-L", str(CONTRACTS / name)))]
     sup = JuliaSupervisor(julia_args=args, startup_timeout=STARTUP_TIMEOUT)
     await sup.start()
     SHARED.append(sup)
@@ -115,6 +121,8 @@ async def test_the_contracts_took_hold(newer_julia: JuliaSupervisor) -> None:
     assert (await run(newer_julia, "isdefined(Base, :CONTRACT_REQUIRE_WORLD)")).text == "true"
     code = "Tuple(nameof.(JKernel.REPL.repl_ast_transforms))"
     assert (await run(newer_julia, code)).text == "(:softscope, :warn_on_non_owning_accesses)"
+    # What start-up saw as stderr: the IOContext that 1.6+ hands over, which it unwrapped.
+    assert (await run(newer_julia, "JKernel.DIAG[] isa IOContext")).text == "true"
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -124,7 +132,7 @@ async def test_printing_and_logging_work(newer_julia: JuliaSupervisor) -> None:
     r = await run(newer_julia, code, out)
     assert r.status == "ok" and r.text == "7", r
     assert out.text() == "to out\n"
-    err = out.text("stderr")
+    err = strip_ansi(out.text("stderr"))
     assert err.startswith("to err\n"), err
     assert "Info: an info" in err and "Warning: a warning" in err, err
 

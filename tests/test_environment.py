@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,13 +21,12 @@ from jutul_jkernel.julia_process import split_startup_file_flag
 from jutul_jkernel.results import ExecutionResult
 from jutul_jkernel.supervisor import JuliaSupervisor
 
-from .conftest import SHARED, STARTUP_TIMEOUT, Output
+from .conftest import ANSI, SHARED, STARTUP_TIMEOUT, Output
 
 pytestmark = pytest.mark.integration
 
 CELL_BOUND = 30.0
 INTERRUPT_BOUND = 15.0
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 async def run(julia: JuliaSupervisor, code: str, out: Output | None = None) -> ExecutionResult:

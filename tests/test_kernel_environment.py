@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ import zmq
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from .conftest import SHARED_KERNEL_PIDS, START_TIMEOUT, install_spec, stop_kernel
+from .conftest import ANSI, SHARED_KERNEL_PIDS, START_TIMEOUT, install_spec, stop_kernel
 from .test_kernel_client import (
     REPLY_TIMEOUT,
     collect,
@@ -39,7 +38,6 @@ pytestmark = pytest.mark.e2e
 
 DEFAULT_SPEC = "julia-supervised-env-default"
 OPT_OUT_SPEC = "julia-supervised-env-opt-out"
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STARTUP = 'println("hello from startup")\nstartup_value = 41\nerror("startup broke")\n'
 
 

@@ -10,7 +10,6 @@ its result, ``display(x)``, ``display(mime, x)``, and ``JKernel.display`` / ``up
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from .conftest import shared_kernel
+from .conftest import shared_kernel, strip_ansi
 from .test_kernel_client import execute, text_of
 
 pytestmark = pytest.mark.e2e
@@ -196,5 +195,5 @@ def test_derived_contexts_and_the_logger_keep_the_stream(kernel: Kernel) -> None
         "println(StreamProbe())",
     )
     assert text_of(outputs, "stdout") == "probe on stdout\nprobe on stdout\n"
-    logged = re.sub(r"\x1b\[[0-9;]*m", "", text_of(outputs, "stderr"))
+    logged = strip_ansi(text_of(outputs, "stderr"))
     assert "value = probe on stderr" in logged, logged

@@ -305,6 +305,21 @@ end
     end
 end
 
+# The stream under Julia's `stderr` at start-up, which writes to fd 2 (the supervisor's pipe).
+# What Base hands us there differs by version, so look rather than assume: 1.5.3 gives the bare
+# `PipeEndpoint`; 1.6 and newer wrap a non-TTY stream as `IOContext(stderr, :color => ...)` when
+# a colour flag is given (JuliaLang/julia#36689; base/libuv.jl `reinit_stdio` on release-1.10,
+# release-1.12 and master), and the kernelspec passes --color=yes. Anything else (a file, a
+# stream type of a later Base) gets a pipe stream of our own on a duplicate of fd 2.
+function stream_on_fd2(io::IO)
+    while io isa IOContext
+        io = io.io
+    end
+    io isa Base.LibuvStream && return io
+    diag("stderr at start-up is ", typeof(io), ", not a libuv stream: writing to a copy of fd 2")
+    return Base.PipeEndpoint(Base.Libc.dup(RawFD(2)))
+end
+
 function redirect_output!()
     # The original stdout is the startup log: keep it as the diagnostic channel. What Julia
     # buffered for it so far (a -L file's println) goes there before the swap.
@@ -326,7 +341,7 @@ function redirect_output!()
         wr_out = Base.PipeEndpoint(RawFD(fd))
         ccall(:fcntl, Cint, (Cint, Cint, Cint), fd, 2, 1)   # F_SETFD FD_CLOEXEC: fd 1 is enough
         redirect_stdout(wr_out)
-        wr_err = stderr
+        wr_err = stream_on_fd2(stderr)
         # libuv opened both non-blocking: C's writes to a full pipe would fail and be lost.
         # Blocking, every writer waits for the supervisor instead (as after any child process).
         for w in (wr_out, wr_err)
