@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,8 +72,12 @@ class LaunchSettings:
         for key in settings.SUPERVISOR_ONLY:
             env.pop(key, None)
         threads = self.threads
-        if threads in (None, "", "auto") and "JULIA_NUM_THREADS" not in own:
-            threads = default_threads()
+        if threads in (None, "", "auto"):
+            # The user's own request wins over our default: a --threads/-t flag among Julia's
+            # arguments, or JULIA_NUM_THREADS wherever it was set (the environment Jupyter
+            # started in, the kernelspec's env, env=), as IJulia's kernels read it.
+            asked = asks_for_threads(self.julia_args) or env.get("JULIA_NUM_THREADS", "") != ""
+            threads = None if asked else default_threads()
         if threads not in (None, ""):
             # "N,1" gives the evaluation loop an interactive thread on Julia >= 1.9; Julia 1.5-1.8
             # read the variable with strtol and take N. Being an environment variable, it needs
@@ -407,6 +412,14 @@ def split_startup_file_flag(julia_args: list[str]) -> tuple[list[str], bool]:
         rest.append(arg)
         i += 1
     return rest, wanted
+
+
+def asks_for_threads(julia_args: Iterable[str]) -> bool:
+    """Whether Julia's arguments set its thread count: ``-t N``, ``-tN``, ``--threads[=]N``."""
+    return any(
+        a in ("-t", "--threads") or a.startswith("--threads=") or (a.startswith("-t") and a[2:3])
+        for a in julia_args
+    )
 
 
 def default_threads() -> int:

@@ -142,6 +142,7 @@ class JuliaKernel(Kernel):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._julia_start: asyncio.Task[None] | None = None
         self._history: deque[tuple[int, int, str, str | None]] = deque(maxlen=_HISTORY_LIMIT)
+        self._stored = 0  # executions that stored history: see execution_count
         self._last_parent: dict[str, Any] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         # Set while no cell or comm callback runs or waits to, on the main loop (created there:
@@ -562,6 +563,20 @@ class JuliaKernel(Kernel):
 
     # ---- execution ----
 
+    # Only executions that store history are counted (messaging spec, execute_request), as
+    # ipykernel's IPythonKernel does: a tool's `store_history: false` request takes no number,
+    # and leaves In, Out and ans alone. Kernel.execute_request adds one before each non-silent
+    # request and publishes the sum on execute_input; like IPythonKernel (ipkernel.py
+    # `execution_count`), that is the number the next cell that stores history gets, and the
+    # increment is ignored.
+    @property  # type: ignore[override]
+    def execution_count(self) -> int:
+        return self._stored + 1
+
+    @execution_count.setter
+    def execution_count(self, value: int) -> None:
+        pass
+
     async def do_execute(
         self,
         code: str,
@@ -589,7 +604,11 @@ class JuliaKernel(Kernel):
         parent = self.get_parent("shell")
         ident = self._get_shell_context_var(self._shell_parent_ident)
         self._last_parent = parent
-        count = self.execution_count
+        # A request that stores no history replies with the last stored count (IPythonKernel).
+        stores = store_history and not silent
+        if stores:
+            self._stored += 1
+        count = self._stored
         await self._comms_delivered()  # those received before the cell run before it
         await self._julia_ready(_KERNEL_INFO_WAIT)
 
@@ -627,8 +646,9 @@ class JuliaKernel(Kernel):
                 input=on_input if allow_stdin else None,
                 backpressure=self._iopub_backpressure,
             )
+            # Only a named execution becomes In[n], Out[n] and ans (supervisor.execute).
             result = await self.supervisor.execute(
-                code, sink, name=None if silent else f"In[{count}]"
+                code, sink, name=f"In[{count}]" if stores else None
             )
         except (JuliaDiedError, JuliaStartupError) as exc:
             out.flush(final=True)
@@ -638,7 +658,7 @@ class JuliaKernel(Kernel):
         out.flush(final=True)
         if result.notice and not silent:
             self._publish_stream("stderr", f"[jutul-jkernel] {result.notice}\n", parent)
-        if store_history:
+        if stores:
             shown = result.text[:_HISTORY_OUTPUT_CHARS] if result.status == "ok" else None
             self._history.append((1, count, code, shown))
 

@@ -375,6 +375,30 @@ def test_execution_count_and_history(shared: tuple[KernelManager, BlockingKernel
     assert [h[2] for h in reply["content"]["history"]] == ["hist_a = 1", "hist_b = 2"]
 
 
+def test_a_request_that_stores_no_history_takes_no_count(
+    shared: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    """`store_history: false` (variable inspectors, tools) takes no execution count and leaves
+    In, Out and ans as they were; its output and result still reach the client."""
+    _, kc = shared
+    r1, _ = execute(kc, "nohist_x = 41")
+    n = r1["content"]["execution_count"]
+    drain(kc)
+    msg_id = kc.execute('println("asked"); nohist_x + 1', store_history=False)
+    reply, outputs = collect(kc, msg_id)
+    assert reply["content"]["status"] == "ok"
+    assert reply["content"]["execution_count"] == n, "a request without history took a count"
+    assert text_of(outputs) == "asked\n" and result_of(outputs) == "42"
+    r2, outputs = execute(
+        kc, f"(ans, haskey(In, {n + 1}), maximum(keys(In)), haskey(Out, {n + 1}))"
+    )
+    assert r2["content"]["execution_count"] == n + 1
+    assert result_of(outputs) == f"(41, true, {n + 1}, false)"
+    msg_id = kc.history(hist_access_type="tail", n=2, output=False, raw=True)
+    history = reply_to(kc, msg_id)["content"]["history"]
+    assert [h[1] for h in history] == [n, n + 1], history
+
+
 def test_stdin_round_trip(shared: tuple[KernelManager, BlockingKernelClient]) -> None:
     """readline() sends input_request when the frontend allows stdin and returns the answer."""
     _, kc = shared

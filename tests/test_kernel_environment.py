@@ -24,6 +24,8 @@ import zmq
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
+from jutul_jkernel.julia_process import default_threads
+
 from .conftest import ANSI, SHARED_KERNEL_PIDS, START_TIMEOUT, install_spec, stop_kernel
 from .test_kernel_client import (
     REPLY_TIMEOUT,
@@ -178,14 +180,43 @@ def test_without_a_project_the_default_environment_is_active(
     )
     with kernel(DEFAULT_SPEC, tmp_path, {"JULIA_DEPOT_PATH": str(layout.depot)}) as (_, kc):
         active = value(kc, "Base.active_project()")
-        default = value(kc, 'joinpath(DEPOT_PATH[1], "environments", '
-                            '"v$(VERSION.major).$(VERSION.minor)", "Project.toml")')
+        default = value(
+            kc,
+            'joinpath(DEPOT_PATH[1], "environments", '
+            '"v$(VERSION.major).$(VERSION.minor)", "Project.toml")',
+        )
     assert active == default
 
 
 # ---- point 6: colour ----
 
 COLOUR_CELL = 'printstyled("red"; color=:red); println(); @info "note"; error("plain message")'
+
+
+THREADS_SPEC = "julia-supervised-env-threads"
+
+
+@pytest.mark.parametrize("where", ["kernelspec env", "Jupyter's environment", "julia args"])
+def test_the_users_thread_count_wins(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JULIA_NUM_THREADS where IJulia's users set it (installkernel's env=, the environment
+    Jupyter started in) or -t among Julia's arguments is what Julia gets; the kernel's default
+    (physical cores - 1) applies only when none is set. The count asked for is not the
+    default (and no more than the CPU threads: Julia 1.5 caps the count there)."""
+    asked = "1" if default_threads() > 1 else "2"
+    args = {
+        "kernelspec env": ("--env", f"JULIA_NUM_THREADS={asked}"),
+        "Jupyter's environment": (),
+        "julia args": ("--julia-args", f"-t {asked}"),
+    }[where]
+    prefix = tmp_path / "prefix"
+    install_spec(prefix, THREADS_SPEC, *args)
+    monkeypatch.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
+    monkeypatch.delenv("JULIA_NUM_THREADS", raising=False)
+    env = {"JULIA_NUM_THREADS": asked} if where == "Jupyter's environment" else {}
+    with kernel(THREADS_SPEC, tmp_path, env) as (_, kc):
+        assert value(kc, "Threads.nthreads()") == asked
 
 
 def test_colour_in_streams_and_traceback(default_kernel: Session) -> None:
