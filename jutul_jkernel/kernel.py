@@ -569,7 +569,7 @@ class JuliaKernel(Kernel):
     # request and publishes the sum on execute_input; like IPythonKernel (ipkernel.py
     # `execution_count`), that is the number the next cell that stores history gets, and the
     # increment is ignored.
-    @property  # type: ignore[override]
+    @property
     def execution_count(self) -> int:
         return self._stored + 1
 
