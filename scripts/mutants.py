@@ -113,6 +113,8 @@ JK_DIST = "julia/JKernel/src/distributed.jl"
 MCPS = "jutul_jkernel/mcp.py"
 MT = "tests/test_mcp.py"
 AGENT = "jutul_jkernel/agent.py"
+JK_REPL = "julia/JKernel/src/repl.jl"
+KENV = "tests/test_kernel_environment.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -321,8 +323,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 ERRS,
-                "return f\"was killed by {name}\" + (f\" ({note})\" if note else \"\")",
-                "return \"died\"  # mutant M16",
+                'return f"was killed by {name}" + (f" ({note})" if note else "")',
+                'return "died"  # mutant M16',
             ),
         ),
         (f"{SJ}::test_killed_process_is_explained",),
@@ -330,7 +332,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M17",
         "Julia does not outlive a killed supervisor",
-        (Edit(JK_MAIN, "watch_parent!() SOCK[] = connect_supervisor(", "SOCK[] = connect_supervisor("),),
+        (
+            Edit(
+                JK_MAIN,
+                "watch_parent!() SOCK[] = connect_supervisor(",
+                "SOCK[] = connect_supervisor(",
+            ),
+        ),
         (f"{SJ}::test_julia_does_not_outlive_a_killed_supervisor",),
     ),
     Mutant(
@@ -469,8 +477,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "a fresh compile cache is what the kernel loads",
         (
             Edit(LAUNCHER, "Base.require(pkg) Base.root_module(pkg)", "nothing  # mutant M31"),
-            Edit(LAUNCHER_REST, 'problem = opted_out ? "JUTUL_JKERNEL_PRECOMPILED=no" : cache_problem()',
-                 'problem = "mutant M31"'),
+            Edit(
+                LAUNCHER_REST,
+                'problem = opted_out ? "JUTUL_JKERNEL_PRECOMPILED=no" : cache_problem()',
+                'problem = "mutant M31"',
+            ),
         ),
         (f"{PC}::test_a_fresh_cache_is_loaded",),
     ),
@@ -478,17 +489,27 @@ MUTANTS: tuple[Mutant, ...] = (
         "M32",
         "a cache older than a source file is not loaded (Julia's staleness check decides)",
         (
-            Edit(LAUNCHER, "any(f -> Base.stale_cachefile(entry, f) !== true, "
-                 "Base.find_all_in_cache_path(pkg))", "true  # mutant M32"),
-            Edit(LAUNCHER_REST, "fresh && return \"\"", "return \"\"  # mutant M32"),
+            Edit(
+                LAUNCHER,
+                "any(f -> Base.stale_cachefile(entry, f) !== true, "
+                "Base.find_all_in_cache_path(pkg))",
+                "true  # mutant M32",
+            ),
+            Edit(LAUNCHER_REST, 'fresh && return ""', 'return ""  # mutant M32'),
         ),
         (f"{PC}::test_a_changed_source_loads_from_source_and_recompiles",),
     ),
     Mutant(
         "M33",
         "a stale cache is compiled again by itself, for the next start",
-        (Edit(LAUNCHER_REST, "run(pipeline(command; stdin = devnull, stdout = stdout, stderr = stdout);"
-              " wait = false)", "nothing  # mutant M33"),),
+        (
+            Edit(
+                LAUNCHER_REST,
+                "run(pipeline(command; stdin = devnull, stdout = stdout, stderr = stdout);"
+                " wait = false)",
+                "nothing  # mutant M33",
+            ),
+        ),
         (f"{PC}::test_a_changed_source_loads_from_source_and_recompiles",),
     ),
     Mutant(
@@ -506,7 +527,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M36",
         "installing the kernel compiles its Julia side",
-        (Edit("jutul_jkernel/install.py", "if not args.no_precompile:", "if False:  # mutant M36"),),
+        (
+            Edit(
+                "jutul_jkernel/install.py", "if not args.no_precompile:", "if False:  # mutant M36"
+            ),
+        ),
         ("tests/test_install.py::test_install_compiles_the_julia_side",),
     ),
     Mutant(
@@ -589,7 +614,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 JK_CAPTURE,
-                'tagged(s::StdioContext) = SUPERVISOR_READS[] && s.io === STDERR_PIPE[]',
+                "tagged(s::StdioContext) = SUPERVISOR_READS[] && s.io === STDERR_PIPE[]",
                 "tagged(s::StdioContext) = false",
             ),
         ),
@@ -644,8 +669,8 @@ MUTANTS: tuple[Mutant, ...] = (
             # ... and read as ours, as `tagged` read KernelStdio's `err::Bool`
             Edit(
                 JK_CAPTURE,
-                'tagged(s::StdioContext) = SUPERVISOR_READS[] && s.io === STDERR_PIPE[]',
-                'tagged(s::StdioContext) = !s.err && SUPERVISOR_READS[] && s.io === STDERR_PIPE[]',
+                "tagged(s::StdioContext) = SUPERVISOR_READS[] && s.io === STDERR_PIPE[]",
+                "tagged(s::StdioContext) = !s.err && SUPERVISOR_READS[] && s.io === STDERR_PIPE[]",
             ),
         ),
         (f"{CT}::test_printing_and_logging_work",),
@@ -698,8 +723,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 PROC,
-                "julia, [\"--startup-file=no\", *julia_args],",
-                "julia, [\"--startup-file=no\"], *julia_args,  # mutant M82",
+                'julia, ["--startup-file=no", *julia_args],',
+                'julia, ["--startup-file=no"], *julia_args,  # mutant M82',
             ),
         ),
         (f"{TI}::test_kernel_from_a_channel_spec_runs_the_channel",),
@@ -779,7 +804,7 @@ MUTANTS: tuple[Mutant, ...] = (
             Edit(
                 SUP,
                 "if data: ex.sink.write(name, data)",
-                "if data and name != \"stdout\":  # mutant M70\n                "
+                'if data and name != "stdout":  # mutant M70\n                '
                 "ex.sink.write(name, data)",
             ),
         ),
@@ -966,8 +991,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 JK_STDIN,
-                "with_suffix ? string(message, \": \") : message, true)",
-                "with_suffix ? string(message, \": \") : message, false)  # mutant M113",
+                'with_suffix ? string(message, ": ") : message, true)',
+                'with_suffix ? string(message, ": ") : message, false)  # mutant M113',
             ),
         ),
         (
@@ -1218,7 +1243,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 SUP,
-                "ex.sink.write(\"stderr\", line.encode())",
+                'ex.sink.write("stderr", line.encode())',
                 "pass  # mutant M124",
             ),
         ),
@@ -1367,9 +1392,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 ESC,
-                "self.path = Path(tempfile.mkdtemp(prefix=\"claims-\", dir=beside)).absolute()",
-                "self.path = Path(tempfile.mkdtemp(prefix=\"claims-\", dir=beside))  # mutant "
-                "M148",
+                'self.path = Path(tempfile.mkdtemp(prefix="claims-", dir=beside)).absolute()',
+                'self.path = Path(tempfile.mkdtemp(prefix="claims-", dir=beside))  # mutant M148',
             ),
         ),
         (f"{SJ}::test_the_claims_directory_goes_with_the_supervisor",),
@@ -1565,7 +1589,7 @@ MUTANTS: tuple[Mutant, ...] = (
             Edit(
                 SUP,
                 r"(?re)said = j\.post_mortem\(\)$",
-                "said = j.post_mortem() and \"\"  # mutant M161",
+                'said = j.post_mortem() and ""  # mutant M161',
             ),
         ),
         (f"{FT}::test_julia_stalling_before_the_handshake_times_out",),
@@ -1709,7 +1733,7 @@ MUTANTS: tuple[Mutant, ...] = (
             Edit(
                 JK_COMMS,
                 "is_interrupt(e) && (acknowledge_interrupt(); return INTERRUPTED)",
-                "is_interrupt(e) && return CellOutcome(\"ok\", \"\", nothing, nothing)",
+                'is_interrupt(e) && return CellOutcome("ok", "", nothing, nothing)',
             ),
         ),
         (f"{COMMS}::test_an_interrupt_stops_a_callback_and_keeps_the_state",),
@@ -1921,6 +1945,72 @@ MUTANTS: tuple[Mutant, ...] = (
             ),
         ),
         (f"{MT}::test_a_plain_kernel_import_does_not_load_the_sdk",),
+    ),
+    Mutant(
+        "M216",
+        "the kernel starts on Julia 1.6+, whose start-up stderr is an IOContext under --color",
+        (Edit(JK_CAPTURE, "wr_err = stream_on_fd2(stderr)", "wr_err = stderr  # mutant M216"),),
+        (f"{CT}::test_the_contracts_took_hold",),
+    ),
+    Mutant(
+        "M217",
+        "an execution that stores no history takes no count and leaves In, Out and ans alone",
+        (Edit(KER, "stores = store_history and not silent", "stores = not silent  # M217"),),
+        (f"{KC}::test_a_request_that_stores_no_history_takes_no_count",),
+    ),
+    Mutant(
+        "M218",
+        "the user's JULIA_NUM_THREADS wins over the kernel's default thread count",
+        (
+            Edit(
+                PROC,
+                'asked = asks_for_threads(self.julia_args) or env.get("JULIA_NUM_THREADS", "") != ""',
+                "asked = asks_for_threads(self.julia_args)  # mutant M218",
+            ),
+        ),
+        (f"{KENV}::test_the_users_thread_count_wins",),
+    ),
+    Mutant(
+        "M219",
+        "every import path below IJulia (import IJulia.CommManager: Comm) binds the kernel's module",
+        (
+            Edit(
+                JK_REPL,
+                "is_ijulia_path(p) && return Expr(:., :Main, p.args...)",
+                "p == Expr(:., :IJulia) && return Expr(:., :Main, p.args...)  # mutant M219",
+            ),
+        ),
+        (f"{RP}::test_every_import_of_ijulia_binds_the_kernels_module",),
+    ),
+    Mutant(
+        "M220",
+        "an included file's import of IJulia binds the kernel's module",
+        (
+            Edit(
+                JK_REPL,
+                "return include_mapped(local_ijulia_imports(ast.args[2]))",
+                "return ast  # mutant M220",
+            ),
+        ),
+        (f"{RP}::test_every_import_of_ijulia_binds_the_kernels_module",),
+    ),
+    Mutant(
+        "M221",
+        "a user's own include method is called as written",
+        (
+            Edit(
+                JK_REPL,
+                "mapped = Expr(:&&, Expr(:call, isa, x, AbstractString), Expr(:call, applicable, f, map, x))",
+                "mapped = Expr(:call, applicable, f, map, x)  # mutant M221",
+            ),
+        ),
+        (f"{RP}::test_a_user_include_method_stays_the_users",),
+    ),
+    Mutant(
+        "M222",
+        "an import of a name the kernel's IJulia lacks is an error that names it",
+        (Edit(JK_REPL, "lacking = ijulia_path_lacking(ast)", "lacking = nothing  # M222"),),
+        (f"{RP}::test_an_ijulia_path_the_kernel_lacks_is_named",),
     ),
 )
 

@@ -133,8 +133,12 @@ def test_a_server_that_cannot_start_still_ends_with_status_1(tmp_path: Path) -> 
         unused.bind(("127.0.0.1", 0))
         env = {**os.environ, "JUTUL_JKERNEL_TOKEN": "t", "JUTUL_JKERNEL_PRECOMPILED": "no"}
         done = subprocess.run(
-            ["julia", "--startup-file=no", str(_resources.server_script()),
-             str(unused.getsockname()[1])],
+            [
+                "julia",
+                "--startup-file=no",
+                str(_resources.server_script()),
+                str(unused.getsockname()[1]),
+            ],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
@@ -225,7 +229,7 @@ def test_pkg_mode_works_offline(kernel: Kernel, tmp_path: Path) -> None:
 
 def test_shell_mode_runs_in_the_kernels_directory(kernel: Kernel, tmp_path: Path) -> None:
     _, kc = kernel
-    ok(kc, "word = \"interpolated\"")
+    ok(kc, 'word = "interpolated"')
     _, outputs = ok(kc, ";echo shell says $word")
     assert text_of(outputs) == "shell says interpolated\n"
     _, outputs = ok(kc, f";cd {tmp_path}")
@@ -271,7 +275,7 @@ def test_hooks_run_around_cells(kernel: Kernel) -> None:
     )
     ok(kc, "empty!(calls); 1")
     failed(kc, 'error("x")')
-    result = ok(kc, "join(calls, \" \")")[0]
+    result = ok(kc, 'join(calls, " ")')[0]
     ok(
         kc,
         "IJulia.pop_preexecute_hook(pre); IJulia.pop_postexecute_hook(post); "
@@ -319,6 +323,79 @@ def test_using_ijulia_binds_the_kernels_module(kernel: Kernel) -> None:
     assert ok(kc, "using IJulia; import IJulia; IJulia.inited")[0] == "true"
     _, outputs = ok(kc, "using IJulia: clear_output; clear_output(); 1")
     assert any(m["msg_type"] == "clear_output" for m in outputs)
+
+
+# Every form of import that comm code written for IJulia starts with (IJulia's docs, packages
+# that register comm targets), with the name each binds: all must be the kernel's module.
+IJULIA_IMPORTS = {
+    "import IJulia.CommManager": ("CommManager", "IJulia.CommManager"),
+    "using IJulia.CommManager": ("CommManager", "IJulia.CommManager"),
+    "import IJulia.CommManager: Comm, send_comm": ("send_comm", "IJulia.CommManager.send_comm"),
+    "using IJulia.CommManager: Comm": ("Comm", "IJulia.CommManager.Comm"),
+    "import IJulia.CommManager: Comm, register_comm, send_comm": (
+        "register_comm",
+        "IJulia.CommManager.register_comm",
+    ),
+    "using Main.IJulia.CommManager: Comm": ("Comm", "IJulia.CommManager.Comm"),
+    "import IJulia: clear_output": ("clear_output", "IJulia.clear_output"),
+}
+
+
+def test_every_import_of_ijulia_binds_the_kernels_module(kernel: Kernel, tmp_path: Path) -> None:
+    """`import IJulia.CommManager: ...` and the other forms bind the kernel's module, never the
+    package, in a cell, inside a user's own module and in an included file (which includes
+    another)."""
+    _, kc = kernel
+    for n, (line, (name, ours)) in enumerate(IJULIA_IMPORTS.items()):
+        assert ok(kc, f"{line}\n{name} === {ours}")[0] == "true", line
+        module = f"ImportsIJulia{n}"
+        code = f"module {module}\n{line}\nconst got = {name}\nend\n{module}.got === {ours}"
+        assert ok(kc, code)[0] == "true", line
+    # `import X as Y` parses on Julia 1.6 and newer: where it does, it binds ours too.
+    if ok(kc, 'Meta.isexpr(Meta.parse("import A as B"; raise = false), :import)')[0] == "true":
+        code = "import IJulia.CommManager as CM\nimport IJulia: clear_output as co\n"
+        code += "(CM, co) === (IJulia.CommManager, IJulia.clear_output)"
+        assert ok(kc, code)[0] == "true"
+    inner = tmp_path / "inner.jl"
+    inner.write_text("using IJulia.CommManager\ninner_got = CommManager\n")
+    outer = tmp_path / "outer.jl"
+    outer.write_text(
+        f"import IJulia.CommManager: Comm, register_comm\nouter_got = Comm\ninclude({jl(inner)})\n"
+    )
+    code = f"include({jl(outer)})\n(outer_got, inner_got) === (IJulia.CommManager.Comm, IJulia.CommManager)"
+    assert ok(kc, code)[0] == "true"
+    code = f"module InModule\ninclude({jl(outer)})\nend\nInModule.inner_got === IJulia.CommManager"
+    assert ok(kc, code)[0] == "true"
+
+
+def test_a_user_include_method_stays_the_users(kernel: Kernel) -> None:
+    """Only an `include` that takes a path gets the kernel's mapping; a user's own method of
+    `include` (defined or passed in) is called as written."""
+    _, kc = kernel
+    assert (
+        ok(
+            kc,
+            "module OwnInclude\ninclude(n::Int) = n + 1\nconst got = include(41)\nend; OwnInclude.got",
+        )[0]
+        == "42"
+    )
+    assert ok(kc, "apply_include(include) = include(2); apply_include(x -> 10x)")[0] == "20"
+
+
+def test_an_ijulia_path_the_kernel_lacks_is_named(kernel: Kernel) -> None:
+    """`import IJulia.X` for an X the kernel's IJulia does not have names X, not 'Package
+    IJulia not found'; the session goes on."""
+    _, kc = kernel
+    for line, missing in (
+        ("import IJulia.NoSuchModule", "NoSuchModule"),
+        ("using IJulia: installkernel", "installkernel"),
+        ("import IJulia.CommManager: Comm, no_such_function", "no_such_function"),
+    ):
+        content = failed(kc, line)
+        assert content["ename"] == "ArgumentError", content
+        assert f"has no `{missing}`" in content["evalue"], content["evalue"]
+        assert "not found in current path" not in content["evalue"]
+    assert ok(kc, "1 + 1")[0] == "2"
 
 
 async def test_display_and_clear_output_from_another_thread() -> None:

@@ -70,6 +70,7 @@ function precompile_workload()
     precompile(mode_line, (String,))
     precompile(cell_number, (String, Int))
     precompile(local_ijulia_imports, (Expr,))
+    precompile(ijulia_path_lacking, (Expr,))
     precompile(run_startup_files, ())
     precompile(compile_worker_handling, ())
     # run after every evaluation; uncompiled, it held back the first cell's result 1.0-2.4 s

@@ -85,18 +85,97 @@ signal_group(proc, sig) = Sys.iswindows() ? kill(proc, sig) :
 """
     local_ijulia_imports(ast)
 
-`using IJulia` / `import IJulia` in a cell bind the kernel's own `IJulia` module (see
-`IJulia` below) instead of loading the package: in Main the name is already taken, and the
-package's functions need a kernel of its own.
+Every `using`/`import` of `IJulia` or of a path below it (`import IJulia.CommManager: Comm`,
+`using IJulia: clear_output`, `import IJulia.CommManager as CM`) binds the kernel's own `IJulia`
+module (ijulia.jl) instead of loading the package: in Main the name is already taken, and the
+package's functions need a kernel of its own. The path is made absolute, `Main.IJulia...`, so it
+resolves alike in a cell, inside a user's `module M ... end` and in an `include`d file: a call
+`include(path)` passes this function to Base's `include(mapexpr, path)` (Julia 1.5+), which
+applies it to each expression of the file. A path the kernel's module lacks is an error naming
+it. Quoted code and macro calls are left as written: a macro such as `@everywhere` sends its
+expression to processes that have no kernel module.
 """
 function local_ijulia_imports(ast)
     ast isa Expr || return ast
-    if ast.head === :toplevel || ast.head === :block
-        return Expr(ast.head, map(local_ijulia_imports, ast.args)...)
-    elseif ast.head in (:using, :import)
-        return Expr(ast.head, map(local_ijulia_path, ast.args)...)
+    head = ast.head
+    head in (:quote, :inert, :macrocall) && return ast
+    if head === :using || head === :import
+        lacking = ijulia_path_lacking(ast)
+        lacking === nothing || return :(throw(ArgumentError($lacking)))
+        return Expr(head, map(kernel_ijulia_path, ast.args)...)
+    elseif head === :call && length(ast.args) == 2 && ast.args[1] === :include &&
+            !(ast.args[2] isa Expr && ast.args[2].head in (:..., :kw, :parameters))
+        return include_mapped(local_ijulia_imports(ast.args[2]))
     end
-    return ast
+    # Rebuilt only where something changed: an included file's expressions mostly pass as is.
+    # A definition's signature (`include(x::Int) = ...`) is not a call: only its body is read.
+    args = ast.args
+    first = (head === :function || head === :(=)) && length(args) == 2 && is_signature(args[1]) ? 2 : 1
+    for i in first:length(args)
+        arg = args[i]
+        new = local_ijulia_imports(arg)
+        new === arg && continue
+        args === ast.args && (args = copy(ast.args))
+        args[i] = new
+    end
+    return args === ast.args ? ast : Expr(head, args...)
 end
-local_ijulia_path(p) = p == Expr(:., :IJulia) ? Expr(:., :., :IJulia) :
-    (p isa Expr && p.head === :(:)) ? Expr(:(:), local_ijulia_path(p.args[1]), p.args[2:end]...) : p
+
+# `include(path)` as `include(local_ijulia_imports, path)` where that `include` takes a mapexpr
+# (the one every module has) and `path` is a path, else as written: a user's own `include`
+# method stays theirs. `include.(paths)` is left as written.
+# Inline, so that no frame of ours sits between the cell and the included file's code.
+# Built without line numbers: any would name this file, and user_backtrace cuts there.
+function include_mapped(arg)
+    f, x, map = gensym("include"), gensym("path"), local_ijulia_imports
+    bind = Expr(:block, Expr(:(=), f, :include), Expr(:(=), x, arg))
+    mapped = Expr(:&&, Expr(:call, isa, x, AbstractString), Expr(:call, applicable, f, map, x))
+    call = Expr(:if, mapped, Expr(:call, f, map, x), Expr(:call, f, x))
+    return Expr(:let, bind, Expr(:block, call))
+end
+
+is_signature(ex) = ex isa Expr && (ex.head === :call ||
+    (ex.head in (:where, :(::)) && !isempty(ex.args) && is_signature(ex.args[1])))
+
+# The paths of one `using`/`import`: `A.B`, `A.B: x, y as z` (head `:`), `A.B as C` (1.6+).
+is_ijulia_path(p) = p isa Expr && p.head === :. && !isempty(p.args) && p.args[1] === :IJulia
+
+function kernel_ijulia_path(p)
+    is_ijulia_path(p) && return Expr(:., :Main, p.args...)
+    if p isa Expr && (p.head === :(:) || p.head === :as) && !isempty(p.args)
+        return Expr(p.head, kernel_ijulia_path(p.args[1]), p.args[2:end]...)
+    end
+    return p
+end
+
+"""What `ex` (a `using` or `import`) asks of the kernel's IJulia that it lacks, or `nothing`."""
+function ijulia_path_lacking(ex::Expr)
+    for p in ex.args
+        names = Any[]
+        if p isa Expr && (p.head === :(:) || p.head === :as)
+            p.head === :(:) && append!(names, p.args[2:end])
+            p = p.args[1]
+        end
+        is_ijulia_path(p) || continue
+        m = IJulia
+        for (i, name) in enumerate(p.args[2:end])
+            if !(m isa Module && name isa Symbol && isdefined(m, name))
+                return ijulia_lacks(join(p.args[1:i+1], '.'), join(p.args[1:i], '.'), name)
+            end
+            m = getfield(m, name)
+        end
+        for n in names
+            n = n isa Expr && n.head === :as ? n.args[1] : n
+            name = n isa Expr && n.head === :. && length(n.args) == 1 ? n.args[1] : n
+            if !(m isa Module && name isa Symbol && isdefined(m, name))
+                return ijulia_lacks("$(join(p.args, '.')): $name", join(p.args, '.'), name)
+            end
+        end
+    end
+    return nothing
+end
+
+ijulia_lacks(written, owner, name) = string("`", written, "`: `", owner, "` has no `", name,
+    "` in this kernel. Its IJulia is the kernel's own module, with IJulia's notebook API ",
+    "(clear_output, CommManager, display hooks, ...), not the IJulia package ",
+    "(jutul-jkernel's docs/ijulia-packages.md)")
