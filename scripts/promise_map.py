@@ -73,7 +73,7 @@ AREAS: tuple[Area, ...] = (
     Area(
         "Coming from IJulia or the REPL",
         "README.md#coming-from-ijulia-or-the-repl",
-        ["M24", "M50", "M51", "M52", "M53"],
+        ["M24", "M50", "M51", "M52", "M53", "M217", "M219", "M220", "M221", "M222"],
     ),
     Area(
         "Packages that know IJulia",
@@ -84,7 +84,7 @@ AREAS: tuple[Area, ...] = (
     Area(
         "Julia versions: newer Base contracts and the outside names",
         "docs/julia-versions.md",
-        ["M48", "M49", "M54", "M55", "M60", "M61"],
+        ["M48", "M49", "M54", "M55", "M60", "M61", "M216"],
     ),
     Area(
         "Start-up",
@@ -109,7 +109,7 @@ AREAS: tuple[Area, ...] = (
         "docs/interrupts.md",
         ["M93", "M123", "M150", "M151", "M152", "M153", "M154", "M155", "M156"],
     ),
-    Area("Configuration", "docs/configuration.md", ["M6"]),
+    Area("Configuration", "docs/configuration.md", ["M6", "M218"]),
     Area(
         "Installing, juliaup channels and the doctor",
         "docs/installing.md",
