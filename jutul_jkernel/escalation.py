@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 # (seen in 1 of ~30 print floods through the kernel).
 _INT_ACK_WAIT = 0.02
 _INT_ACK_MAX = 3.0
-# One request, one delivery (issue 21). The INT frame and the SIGINT that follows it are two
+# One request, one delivery. The INT frame and the SIGINT that follows it are two
 # ways to deliver one request, and either alone may be late: the listener reads the frame only
 # when the cell yields, perhaps long after the SIGINT (a cell that catches the interrupt and
 # prints a report), or just as the silence runs out, so that its ACK and our SIGINT cross. A
@@ -51,7 +51,7 @@ _INT_ACK_MAX = 3.0
 # interrupt can go on, or hang: Pkg's precompile (JuliaLang/julia release-1.12
 # base/precompilation.jl, and Pkg release-1.10 src/precompilation.jl) catches it in
 # `wait(interrupted_or_done)` and then, with stderr not a TTY, waits in `handle_interrupt` for a
-# print task that waits for `first_started`, notified only after that wait returns (audit N14).
+# print task that waits for `first_started`, notified only after that wait returns.
 # Unless the cell's code unwinds (run_cell's own ACK) or the cell ends within this long, or
 # while Julia compiles (a cold run_cell's error path: see _COMPILE_WAIT), the escalation goes
 # on to the SIGINT below, which also reaches the child processes in Julia's group, as Ctrl-C in

@@ -68,6 +68,7 @@ JK_MAIN = "julia/JKernel/src/main.jl"
 JK_WIRE = "julia/JKernel/src/wire.jl"
 JK_HELPERS = "julia/JKernel/src/helpers.jl"
 JK_EVAL = "julia/JKernel/src/eval.jl"
+JK_INT = "julia/JKernel/src/interrupts.jl"
 PC = "tests/test_precompile.py"
 SJ = "tests/test_supervisor_julia.py"
 KC = "tests/test_kernel_client.py"
@@ -399,7 +400,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M24",
         "loops in cells update globals (soft scope), as in the REPL and IJulia",
-        (Edit(JK_EVAL, "default_ast_transforms(SOFTSCOPE[])", "default_ast_transforms(false)"),),
+        (Edit(JK_INT, "default_ast_transforms(SOFTSCOPE[])", "default_ast_transforms(false)"),),
         (f"{RP}::test_a_loop_updates_a_global_as_in_the_repl",),
     ),
     # M25 (display from another thread without the hop to thread 1) is gone: since the
@@ -635,7 +636,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M48",
         "stdout and stderr are Base types, so Base's loading world can print to them and pass "
-        "them to a compiling child (Julia 1.10+, audit N10)",
+        "them to a compiling child (Julia 1.10+)",
         (
             Edit(
                 JK_CAPTURE,
@@ -653,8 +654,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "M49",
-        "printing works on Julia 1.7+, whose AbstractPipe reserves the fields in, out and err "
-        "(audit N1)",
+        "printing works on Julia 1.7+, whose AbstractPipe reserves the fields in, out and err",
         (
             Edit(
                 JK_CAPTURE,
@@ -787,7 +787,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "M61",
-        "no IO subtype of ours has a field Base reserves on pipes (in/out/err, audit N1)",
+        "no IO subtype of ours has a field Base reserves on pipes (in/out/err)",
         (
             Edit(
                 JK_STDIN,
@@ -910,7 +910,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M54",
         "where ^C is a cancellation, each cell opens its ^C episode from a task of its own",
-        (Edit(JK_COMPAT, "HAS_CANCEL_SCOPES || return f()", "return f()  # mutant M54"),),
+        (Edit(JK_INT, "HAS_CANCEL_SCOPES || return f()", "return f()  # mutant M54"),),
         (f"{CT}::test_each_cell_opens_its_c_episode_from_a_task_of_its_own",),
     ),
     Mutant(
@@ -918,7 +918,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "an interrupt reaches a cell that runs in a task of its own",
         (
             Edit(
-                JK_HELPERS,
+                JK_INT,
                 "t = something(CELL_TASK[], EVAL_TASK[])",
                 "t = EVAL_TASK[]  # mutant M55",
             ),
@@ -1063,7 +1063,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (Edit(JK_STDIN, "@static if isdefined(Base, :prompt)", "@static if false  # M119"),),
         (f"{PR}::test_prompt_takes_its_default_for_an_empty_answer",),
     ),
-    # ---- packages that know IJulia (issue 28) ----
+    # ---- packages that know IJulia ----
     Mutant(
         "M100",
         "ProgressMeter before 1.11 redraws: Main.IJulia.stdio_bytes[] = 0 works",
@@ -1284,7 +1284,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "one interrupt is delivered once: the listener leaves a request the SIGINT claimed",
         (
             Edit(
-                JK_WIRE,
+                JK_INT,
                 "claim_interrupt(request) && forward_interrupt()",
                 "forward_interrupt()  # mutant M140",
             ),
@@ -1311,7 +1311,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a listener that lost the claim still says the interrupt reached the cell: no burst",
         (
             Edit(
-                JK_WIRE,
+                JK_INT,
                 "claim_interrupt(request) && forward_interrupt() "
                 "send_frame(FrameKind.ACK, string(id))",
                 "claim_interrupt(request) && (forward_interrupt(); "

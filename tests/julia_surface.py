@@ -30,7 +30,7 @@ ROOTS = ("Base", "Core", "REPL", "Pkg", "Distributed", "Sockets", "Logging", "Li
 # `getproperty(pipe::AbstractPipe, name::Symbol)`, which returns `getfield(pipe, name)::IO`
 # for these names (JuliaLang/julia base/io.jl, release-1.10, release-1.12 and master; the
 # docstring: "`pipe.err` or `pipe.err_stream`, if present, must be of type `IO`"). A field of
-# another type under one of these names makes every read of it throw a TypeError (audit N1).
+# another type under one of these names makes every read of it throw a TypeError.
 IO_TYPES = ("IO", "AbstractPipe", "LibuvStream", "LibuvServer", "GenericIOBuffer", "IOContext")
 RESERVED_IO_FIELDS = ("in", "out", "err", "in_stream", "out_stream", "err_stream")
 
@@ -274,7 +274,7 @@ def find_uses(src: Source, bindings: Iterable[Binding] = ()) -> list[Use]:
             add(f"{owner}.{sym}", m.start())
         elif owner in bound or head in bound:
             var = owner if owner in bound else head
-            add(f"{bound[var]}{owner[len(var):]}.{sym}", m.start(), var)
+            add(f"{bound[var]}{owner[len(var) :]}.{sym}", m.start(), var)
     for var, target in bound.items():
         for m in re.finditer(rf"(?<![\w.@$:]){re.escape(var)}(?=\.@?{_IDENT})", text):
             add(target + _chain_after(text, m.end()), m.start(), var)
@@ -437,9 +437,7 @@ def _normal(s: str) -> str:
 def evidence_found(entry: dict, sources: list[Source]) -> bool:
     """An entry the scanner cannot see (a field read on a value) names the text that uses it."""
     seen = _normal(entry["seen_as"])
-    return any(
-        seen in _normal(src.stripped) for src in sources if src.rel == entry["seen_in"]
-    )
+    return any(seen in _normal(src.stripped) for src in sources if src.rel == entry["seen_in"])
 
 
 KEYS = {"name", "type", "symbol", "via", "library", "ours", "reserved", "repo", "file", "relies",
@@ -487,6 +485,7 @@ def entry_problems(surface: Surface, sources: list[Source]) -> list[Problem]:
     problems = [Problem("surface.toml", f"{k} is listed twice") for k in surface.duplicates]
     code = " ".join(_normal(src.stripped) for src in sources)
     for key, e in surface.names.items():
+
         def bad(msg: str, key: str = key) -> None:
             problems.append(Problem("surface.toml", f"{key}: {msg}"))
 

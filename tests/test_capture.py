@@ -95,7 +95,9 @@ def test_output_after_a_marker_waits_for_its_release() -> None:
         out_r, out_w = make_pipe()
         err_r, err_w = make_pipe()
         seen: list[tuple[str, bytes]] = []
-        pipes = OutputPipes({"stdout": out_r, "stderr": err_r}, PREFIX, lambda n, d: seen.append((n, d)))
+        pipes = OutputPipes(
+            {"stdout": out_r, "stderr": err_r}, PREFIX, lambda n, d: seen.append((n, d))
+        )
         pipes.start()
         try:
             os.write(out_w, b"before" + TO_ERR + b"e" + TO_OUT + MARK + b"after")

@@ -97,14 +97,12 @@ async def test_a_child_that_outlives_an_interrupted_cell_is_stopped(
     pidfile = tmp_path / "child.pid"
     out = Output()
     code = (
-        "ticker = run(`sh -c 'trap \"\" INT TERM; sleep 1; while true; do echo tick; sleep "
+        'ticker = run(`sh -c \'trap "" INT TERM; sleep 1; while true; do echo tick; sleep '
         + TICK
         + "; done'`; wait = false); "
         f'write("{pidfile}", string(getpid(ticker))); {start_signal.julia}; sleep(60)'
     )
-    result = await interrupted(
-        julia, code, start_signal, out, lambda: pids.add(read_pid(pidfile))
-    )
+    result = await interrupted(julia, code, start_signal, out, lambda: pids.add(read_pid(pidfile)))
     child = pids.procs[0]
     assert result.status == "interrupted", result
     assert result.state_kept
@@ -249,7 +247,7 @@ async def test_a_cell_that_goes_on_after_its_interrupt_gets_it_again(
     julia: JuliaSupervisor, start_signal: StartSignal
 ) -> None:
     """One stop ends a cell that caught the interrupt and then waits for a task that waits on
-    it (Pkg's precompile, audit N14): the interrupt is delivered again, as a SIGINT, and the
+    it (Pkg's precompile): the interrupt is delivered again, as a SIGINT, and the
     session is kept."""
     assert (await run(julia, "keep = 3")).status == "ok"
     pid = julia.pid

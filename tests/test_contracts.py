@@ -5,14 +5,14 @@ loaded into 1.5.3 with ``julia -L``, and with them today's notebook paths fail h
 they failed for users before the fix:
 
 - 1.7+ ``getproperty(::AbstractPipe, ::Symbol)``: a field ``err::Bool`` on our stdout type made
-  every ``println`` throw a TypeError (audit N1);
+  every ``println`` throw a TypeError;
 - 1.10+ loading in the world Base recorded at start-up: ``using`` a package that needs
   compiling called ``pipe_writer`` on a stdout type of ours, whose methods that world cannot see
-  ("method too new", audit N10).
+  ("method too new").
 
 Two more are preloaded where they matter: 1.12+'s second default REPL AST transform, the
-warning for a name reached through a module that does not own it (audit N5; preloaded with the
-others), and master's ^C episodes, whose foreground task the last ^C rung freezes (audit N7;
+warning for a name reached through a module that does not own it (preloaded with the
+others), and master's ^C episodes, whose foreground task the last ^C rung freezes (in
 its own kernel, loading JKernel from source, see ``contracts/sigint_episodes.jl``).
 
 The cells here are what a notebook does first: print, log, ask for help, ``]`` and ``;`` modes,
@@ -149,7 +149,9 @@ async def test_stdout_and_stderr_keep_their_order(newer_julia: JuliaSupervisor) 
         else:
             runs.append((name, data.decode()))
     got = [(name, line) for name, text in runs for line in text.splitlines()]
-    assert got == [(n, str(k * i)) for i in range(1, 51) for n, k in (("stdout", 1), ("stderr", -1))]
+    assert got == [
+        (n, str(k * i)) for i in range(1, 51) for n, k in (("stdout", 1), ("stderr", -1))
+    ]
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -171,7 +173,7 @@ async def test_help_pkg_and_shell_modes_work(newer_julia: JuliaSupervisor, tmp_p
 @pytest.mark.asyncio(loop_scope="module")
 async def test_cells_get_the_repls_default_ast_transforms(newer_julia: JuliaSupervisor) -> None:
     """As at the 1.12+ prompt, a name reached through a module that does not own it (and does
-    not make it public) is warned about once, and the cell still runs (audit N5)."""
+    not make it public) is warned about once, and the cell still runs."""
     defined = "module OwnsF; f() = 1; end; module ReachesF; import ..OwnsF: f; end"
     assert (await run(newer_julia, defined)).status == "ok"
     out = Output()
@@ -188,7 +190,7 @@ async def test_cells_get_the_repls_default_ast_transforms(newer_julia: JuliaSupe
 async def test_each_cell_opens_its_c_episode_from_a_task_of_its_own(tmp_path: Path) -> None:
     """Master's last ^C rung freezes the task that opened the episode for good; with master's
     names (contracts/sigint_episodes.jl) that task is the cell's own, never the evaluation loop
-    the next cells need, and an interrupt still ends the cell where it runs (audit N7)."""
+    the next cells need, and an interrupt still ends the cell where it runs."""
     env = {"JUTUL_JKERNEL_PRECOMPILED": "no"}  # the names are read when JKernel loads
     args = ["-L", str(CONTRACTS / "sigint_episodes.jl")]
     sup = JuliaSupervisor(julia_args=args, env=env, startup_timeout=STARTUP_TIMEOUT)
@@ -238,7 +240,7 @@ async def test_stdio_types_stay_base_types_after_redirect_and_restart(tmp_path: 
     try:
         assert_base_only(await stdio_modules(sup))
         code = (
-            "old = stdout; rd, wr = redirect_stdout(); println(\"hidden\"); "
+            'old = stdout; rd, wr = redirect_stdout(); println("hidden"); '
             "redirect_stdout(old); close(wr); String(read(rd))"
         )
         r = await run(sup, code)

@@ -273,7 +273,7 @@ def test_a_call_after_a_send_an_interrupt_tore_is_answered(
 ) -> None:
     """The worker's next call is answered, and the cell says what was dropped. Left in the
     buffer, the fragment went out ahead of the next message, which the worker then skipped on
-    its way to the next boundary: that call was never answered (issue 21's hang, 1 in ~4
+    its way to the next boundary: that call was never answered (a hang, 1 in ~4
     module runs beside a whole-suite run)."""
     km, kc, _ = cluster
     drain(kc)

@@ -82,7 +82,7 @@ async def test_restoring_stdout_after_a_users_redirect(coloured: JuliaSupervisor
     out = Output()
     r = await run(
         coloured,
-        "old = stdout; rd, wr = redirect_stdout(); println(\"swallowed\"); "
+        'old = stdout; rd, wr = redirect_stdout(); println("swallowed"); '
         "redirect_stdout(old); close(wr); captured = read(rd, String); "
         'printstyled("visible"; color=:green); println()',
         out,

@@ -154,7 +154,7 @@ def test_julia_stalling_before_the_handshake_times_out(spec_prefix: Path) -> Non
     Which start's Julia wrote in time is not ours to decide: on a loaded machine (a fresh
     clone's `make test` once) Julia did not get as far as its first line within 3 s. So the
     script marks, after its line, that it got there; a Julia that got there must be quoted,
-    and one that did not must be said to have written nothing (issue 21)."""
+    and one that did not must be said to have written nothing."""
     # Named after the Julia's log (its fd 1), so that the early start's Julia, which stalls
     # too, cannot stand in for the one whose error the cell shows.
     stall = spec_prefix / "stall.jl"
@@ -217,7 +217,7 @@ def test_julia_that_writes_nothing_before_stalling_is_said_to(spec_prefix: Path)
 @pytest.mark.parametrize("how", ["shutdown", "restart", "sigterm"])
 def test_a_julia_still_starting_ends_with_its_kernel(spec_prefix: Path, how: str) -> None:
     """A kernel shut down or restarted while its Julia is still starting takes that Julia
-    along: it was neither early-launched nor serving, and once outlived the kernel (issue 21:
+    along: it was neither early-launched nor serving, and once outlived the kernel (seen
     after a restart, the old Julia was still there). Gone within jupyter_client's 5 s; a
     SIGTERMed kernel (kill_now) takes it along too."""
     stall = spec_prefix / "slow-start.jl"

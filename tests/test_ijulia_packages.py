@@ -134,7 +134,7 @@ PROGRESSMETER_1_11_ON_IJULIA_1_34 = (
 @module_loop
 async def test_progressmeter_1_9_resets_stdio_bytes(julia: JuliaSupervisor) -> None:
     """Every `@showprogress` redraw of the ProgressMeter that Julia < 1.10 gets sets
-    `Main.IJulia.stdio_bytes[] = 0` (audit N11: an UndefVarError on each redraw); the bar is
+    `Main.IJulia.stdio_bytes[] = 0` (an UndefVarError on each redraw); the bar is
     redrawn with `\\r`, without the terminal's erase-line code."""
     await ok(julia, PROGRESSMETER_1_9, 1)
     out = Output()
@@ -182,7 +182,7 @@ async def test_pkgversion_of_ijulia_is_a_version_however_jkernel_loads(
     """`pkgversion(Main.IJulia)` is a VersionNumber (JKernel's, whose module it is) from the
     compile cache and from source alike, so ProgressMeter 1.11's `pkgversion(Main.IJulia) <
     v"1.30"` takes its branch for IJulia before 1.30, and the redraw resets the count. From
-    source it was `nothing`, and `nothing < v"1.30"` threw on every redraw (audit N11)."""
+    source it was `nothing`, and `nothing < v"1.30"` threw on every redraw."""
     server, depot = compiled
     monkeypatch.setattr(_resources, "server_script", lambda: server)
     env = {"JUTUL_JKERNEL_DEPOT": str(depot)}

@@ -207,7 +207,7 @@ def test_console_sees_the_interrupted_cells_error_before_idle(kernel: Kernel) ->
 # A post-error hook (user code, run after Julia took the interrupt and before the error goes
 # out) that takes a while: the interrupted cell publishes its error that long after the ACK.
 # Once a cold error path on a loaded machine outlasted the 10 s that interrupt_request then
-# waited for the cell (issue 21).
+# waited for the cell.
 SLOW_ERROR_HOOK = (
     "slow_error_hook() = sleep({seconds}); IJulia.push_posterror_hook(slow_error_hook); nothing"
 )
@@ -245,7 +245,7 @@ def test_a_control_request_is_not_held_behind_an_interrupted_cell(kernel: Kernel
 # 21): the SIGINT delivers the request, and the INT frame, read once the report yields, must not
 # deliver it again into the report.
 CATCH_AND_REPORT = (
-    "try; {started}; while true; x = rand(100); end; catch e; println(\"caught \", e); "
+    'try; {started}; while true; x = rand(100); end; catch e; println("caught ", e); '
     'for i in 1:50; println("report ", i); sleep(0.01); end; end; println("done")'
 )
 

@@ -1,4 +1,4 @@
-"""Output is rendered in IJulia's context, which packages read (issue 28, part 2).
+"""Output is rendered in IJulia's context, which packages read.
 
 IJulia shows every MIME in ``IOContext(io, :limit => true, :color => true, :jupyter => true)``
 (src/inline.jl, ``InlineIOContext``), and its ``stdout``/``stderr`` carry ``:jupyter_stream``

@@ -138,7 +138,7 @@ async def test_a_fresh_cache_is_loaded_by_masters_isprecompiled(
 ) -> None:
     """Master's Base.isprecompiled(pkg; ignore_loaded) has no `sourcepath` keyword
     (tests/contracts/isprecompiled_master.jl emulates it): the fresh cache is still found
-    through LOAD_PATH and loaded, not rejected by a MethodError on every start (audit N8)."""
+    through LOAD_PATH and loaded, not rejected by a MethodError on every start."""
     server, depot = compiled
     monkeypatch.setattr(_resources, "server_script", lambda: server)
     contract = Path(__file__).parent / "contracts" / "isprecompiled_master.jl"
@@ -233,9 +233,7 @@ async def test_a_changed_source_loads_from_source_and_recompiles(
         await again.shutdown()
 
 
-async def test_an_unwritable_cache_directory_loads_from_source(
-    copy: Path, tmp_path: Path
-) -> None:
+async def test_an_unwritable_cache_directory_loads_from_source(copy: Path, tmp_path: Path) -> None:
     """No cache and a depot that cannot be created (its parent is a file, which stops root
     too): the source is loaded, the log line says the directory is not writable, nothing is
     compiled, and cells work."""
@@ -336,9 +334,7 @@ async def test_a_killed_compile_leaves_no_temporary_file_and_no_lock_in_the_way(
         await third.shutdown()
 
 
-async def test_a_kernel_leaves_the_compile_to_the_one_under_way(
-    copy: Path, tmp_path: Path
-) -> None:
+async def test_a_kernel_leaves_the_compile_to_the_one_under_way(copy: Path, tmp_path: Path) -> None:
     """With the depot's compile lock held by a live process, a kernel on a stale cache loads
     the source, names the holder, and starts no compile of its own."""
     depot = tmp_path / "depot"
@@ -422,7 +418,10 @@ async def test_precompile_waits_for_the_compile_under_way(copy: Path, tmp_path: 
     depot = tmp_path / "depot"
     lock = hold_lock(depot)
     proc = await asyncio.create_subprocess_exec(
-        "julia", "--startup-file=no", str(copy), "--precompile",
+        "julia",
+        "--startup-file=no",
+        str(copy),
+        "--precompile",
         env={**os.environ, "JUTUL_JKERNEL_DEPOT": str(depot)},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
@@ -459,9 +458,7 @@ def make_depot(root: Path, name: str, package: Path | None, age_days: float) -> 
     return depot
 
 
-def test_a_compile_removes_the_depots_of_installs_that_are_gone(
-    copy: Path, tmp_path: Path
-) -> None:
+def test_a_compile_removes_the_depots_of_installs_that_are_gone(copy: Path, tmp_path: Path) -> None:
     """A compile into a default depot (~/.cache/jutul-jkernel/julia-<crc>) removes the sibling
     depots whose package directory is gone (unused for an hour) or that no kernel used for 30
     days; it keeps those used lately, those whose compile lock is held, anything reached

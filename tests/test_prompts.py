@@ -1,4 +1,4 @@
-"""Base's prompts and IJulia's readprompt ask through Jupyter's stdin channel (issue 28, part 4).
+"""Base's prompts and IJulia's readprompt ask through Jupyter's stdin channel.
 
 ``Base.getpass(message)`` and ``Base.prompt(message; default)`` call their three-argument
 methods on ``stdin`` "to allow new methods to be defined if stdin has been redirected to some

@@ -56,9 +56,7 @@ async def started_or_ended(task: asyncio.Task[ExecutionResult], started: StartSi
         raise
 
 
-async def main_thread_in_kernel(
-    pid: int, wchan: str, task: asyncio.Task[ExecutionResult]
-) -> None:
+async def main_thread_in_kernel(pid: int, wchan: str, task: asyncio.Task[ExecutionResult]) -> None:
     """Wait until Julia's main thread sleeps in the kernel function ``wchan`` (read from
     /proc, so no guess of how long the cell needs to get there); fail if the cell ends."""
     path = Path(f"/proc/{pid}/task/{pid}/wchan")
@@ -245,7 +243,7 @@ async def test_c_output_larger_than_a_pipe_arrives_whole() -> None:
 async def test_stdout_and_stderr_keep_their_order(julia: JuliaSupervisor, output: Output) -> None:
     """Prints to stdout and stderr, alternating, arrive in the order the cell made them (the
     supervisor reads two pipes, in no particular order of its own)."""
-    code = "for i in 1:300; println(i); println(stderr, -i); end; @warn \"done\""
+    code = 'for i in 1:300; println(i); println(stderr, -i); end; @warn "done"'
     r = await run(julia, code, output)
     assert r.status == "ok"
     runs: list[tuple[str, bytes]] = []  # consecutive chunks of one stream, joined
@@ -255,7 +253,9 @@ async def test_stdout_and_stderr_keep_their_order(julia: JuliaSupervisor, output
         else:
             runs.append((name, data))
     got = [(name, line) for name, data in runs for line in data.decode().splitlines()]
-    want = [(name, str(k * i)) for i in range(1, 301) for name, k in (("stdout", 1), ("stderr", -1))]
+    want = [
+        (name, str(k * i)) for i in range(1, 301) for name, k in (("stdout", 1), ("stderr", -1))
+    ]
     assert got[: len(want)] == want
     assert got[len(want)][0] == "stderr" and "Warning: done" in got[len(want)][1]
 
@@ -458,7 +458,7 @@ async def warm_julia() -> AsyncIterator[JuliaSupervisor]:
 
 
 # A cell that yields takes the INT frame; the SIGINT follows only after _INT_ACK_WAIT (20 ms)
-# without an answer, and then delivers the same request (one delivery, issue 21). The start
+# without an answer, and then delivers the same request (one delivery). The start
 # signal comes before the cell reaches its sleep or wait, so on a loaded machine Julia can stay
 # silent that long on its way there (another Julia starting beside it under pytest-xdist, 1 run
 # in 4; once as a stopped make mutants' processes ended), and the path is "sigint" by design. A
@@ -698,7 +698,7 @@ async def test_interrupt_while_julia_compiles_keeps_the_session(
 # 21): the INT frame waits unread while the loop computes, so the SIGINT delivers the request;
 # the listener reads the INT frame only once the report yields, and must not deliver it again.
 CATCH_AND_REPORT = (
-    "try; {started}; while true; x = rand(100); end; catch e; println(\"caught \", e); "
+    'try; {started}; while true; x = rand(100); end; catch e; println("caught ", e); '
     'for i in 1:50; println("report ", i); sleep(0.01); end; end; println("done")'
 )
 REPORT_LINES = 50
@@ -792,7 +792,7 @@ async def test_code_that_caught_a_signal_and_goes_on_is_asked_again_not_restarte
     assert (await run(julia, "keep = 8")).status == "ok"
     pid = julia.pid
     code = (
-        "try; {started}; while true; x = rand(100); end; catch e; println(\"caught \", e); end; "
+        'try; {started}; while true; x = rand(100); end; catch e; println("caught ", e); end; '
         "for i in 1:100_000; sleep(0.01); end"
     )
     out = Output()
@@ -956,7 +956,6 @@ async def test_user_code_catching_the_interrupt_can_be_interrupted_again(
     assert (await run(julia, "caught")).text == "true"
 
 
-
 async def test_an_interrupt_landing_while_the_first_is_handled_still_ends_the_cell(
     julia: JuliaSupervisor, tmp_path: Path
 ) -> None:
@@ -984,6 +983,7 @@ async def test_an_interrupt_landing_while_the_first_is_handled_still_ends_the_ce
         in_hook.close()
     assert (result.status, result.interrupt_path) == ("interrupted", "frame")
     assert (await run(julia, "IJulia.pop_posterror_hook(slow_hook); kept")).text == "5"
+
 
 async def test_a_second_stop_during_a_slow_post_error_hook_ends_the_cell(
     julia: JuliaSupervisor, tmp_path: Path

@@ -2,7 +2,7 @@
 
 Every Base/Core/REPL/Pkg/Distributed/... name, every ccall symbol and every Base type we
 subtype is in that reviewed list, with the Julia branches it was checked against; every entry
-is still used; and no IO subtype of ours has a field Base reserves (audit N1: KernelStdio's
+is still used; and no IO subtype of ours has a field Base reserves (KernelStdio's
 `err::Bool` made every print fail on Julia >= 1.7). Pure Python, no Julia: the checker is
 tests/julia_surface.py.
 """
@@ -16,7 +16,7 @@ import pytest
 from tests import julia_surface as js
 
 # capture.jl at commit 4329abd (git show 4329abd:julia/JKernel/src/capture.jl, lines 200-210):
-# the struct that broke printing on every Julia >= 1.7 (audit N1).
+# the struct that broke printing on every Julia >= 1.7.
 KERNELSTDIO_4329ABD = '''
 """
     KernelStdio(pipe, color, err=false)
@@ -130,7 +130,7 @@ def test_the_reserved_field_check_follows_our_own_io_types_and_getproperty():
 
 
 def test_an_unlisted_internal_name_is_reported_with_its_line(surface):
-    text = 'x = 1\nf() = Base.some_internal_name(stdout)\ng() = getfield(Base, :other_internal)\n'
+    text = "x = 1\nf() = Base.some_internal_name(stdout)\ng() = getfield(Base, :other_internal)\n"
     uses = js.find_uses(fixture_source(text), surface.bindings)
     problems = report(js.unlisted(uses, surface))
     assert "fixture.jl:2: Base.some_internal_name is not in" in problems
@@ -151,7 +151,7 @@ def test_comments_strings_and_docstrings_are_not_code_but_interpolation_is():
         "#= Base.block_comment #= nested =# Base.still_comment =#\n"
         'g() = "Base.string_only $(Base.interpolated()) $x"\n'
         "h() = `$(Base.julia_cmd()) -e 1`\n"
-        "c = '\"'; d = r\"Base.regex_only\"\n"
+        'c = \'"\'; d = r"Base.regex_only"\n'
         "e = x' * Base.after_adjoint\n"
         'k = isdefined(Base.Experimental, Symbol("@optlevel"))\n'
     )

@@ -4,7 +4,7 @@
 # `out`, `err`, `in_stream`, `out_stream` and `err_stream`, where a subtype has them, must be
 # `IO`, and reading any other kind of value there throws a TypeError (JuliaLang/julia
 # release-1.10, release-1.12 and master base/io.jl, beside `abstract type AbstractPipe`).
-# A field `err::Bool` on our stdout type made every print fail on 1.7+ (audit N1).
+# A field `err::Bool` on our stdout type made every print fail on 1.7+.
 # Written here from that contract, not copied; a no-op where Base has it already.
 
 if !hasmethod(getproperty, Tuple{Base.AbstractPipe,Symbol}) ||

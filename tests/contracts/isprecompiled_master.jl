@@ -5,7 +5,7 @@
 # LOAD_PATH (`compilecache_freshest_path`'s `sourcespec = Base.locate_package_load_spec(pkg)`;
 # it errors "Cannot locate source" without one), and tries every cache file of the depots.
 # release-1.10 and release-1.12 also took `sourcepath`, a keyword master no longer has (#60018):
-# passing it is a MethodError there, which made every start load JKernel from source (audit N8).
+# passing it is a MethodError there, which made every start load JKernel from source.
 # Written here from that contract, not copied; a no-op where Base has it already.
 
 if !isdefined(Base, :isprecompiled)

@@ -9,7 +9,7 @@
 # release-1.12 and master; master first reads a version already recorded in the origin).
 # A module Base never loaded as a package has no origin: JKernel included with
 # `Base.include(Main, ...)` gave `pkgversion(Main.IJulia) === nothing`, and ProgressMeter's
-# `pkgversion(Main.IJulia) < v"1.30"` threw (audit N11).
+# `pkgversion(Main.IJulia) < v"1.30"` threw.
 # Written here from that contract, not copied; a no-op where Base has `pkgversion` already.
 
 if !isdefined(Base, :pkgversion)

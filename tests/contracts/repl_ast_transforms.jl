@@ -5,7 +5,7 @@
 # warn_on_non_owning_accesses]` in release-1.12 and master (JuliaLang/julia
 # stdlib/REPL/src/REPL.jl; 1.12 NEWS, #54872): for `M.x` where `M` does not own `x` (`which(M,
 # :x)` is not `M` or a submodule of it) and `x` is not public in `M`, it warns once "x is
-# defined in Owner and is not public in M". Cells must get it too (audit N5).
+# defined in Owner and is not public in M". Cells must get it too.
 # Written here from that contract, not copied: 1.5.3 has no `public`, so "exported" stands for
 # it, and names a cell binds locally are not told apart. A no-op where REPL has it already.
 # REPL is reached through Base.require in a `let`: Main, the cells' module, gets no binding.

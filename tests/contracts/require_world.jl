@@ -6,7 +6,7 @@
 # `pipeline(cmd; stderr = stderr)`) and 1.11+'s `Precompilation.precompilepkgs(...; io =
 # stderr)` run in a world where no method defined after Julia started is visible (JuliaLang/julia
 # release-1.10 and release-1.12 base/loading.jl; julia#51280, IJulia#1089, julia-vscode#4042).
-# A `stdout`/`stderr` of a type of ours then fails with "method too new" (audit N10).
+# A `stdout`/`stderr` of a type of ours then fails with "method too new".
 #
 # Julia 1.5.3 has neither `invoke_in_world` nor `Core._call_in_world`, but a task's world age
 # is a field of the thread's state (julia.h, `jl_tls_states_t`: `pgcstack`, then

@@ -7,7 +7,7 @@
 # the last rung of the ^C ladder freezes that task for good: `freeze_task!(fg, ...)` at
 # `CANCEL_REQUEST_ABANDON_ALL` in `_sigint_dispatch_pass` (JuliaLang/julia master base/Base.jl
 # and base/cancellation.jl, the copies read for julia/JKernel/surface.toml). So each cell must
-# open its episode from a task of its own, not from JKernel's evaluation loop (audit N7), and
+# open its episode from a task of its own, not from JKernel's evaluation loop, and
 # interrupts must still reach it there.
 #
 # Only the names and the foreground-task record are reproduced: no token is scoped or ever

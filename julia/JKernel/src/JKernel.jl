@@ -11,13 +11,15 @@ What a notebook cell can call (as `JKernel.name`; `In`, `Out` and `IJulia` are i
 `input(prompt; password)`, and IJulia's notebook API through `IJulia` (see `ijulia.jl`).
 
 The files, in load order: `state.jl` (limits and all server state), `compat.jl` (what differs
-by Julia version, each branch citing the upstream source it follows), `helpers.jl`, `json.jl`
-(the JSON writer), `wire.jl` (frames), `capture.jl` (fd 1 and 2, drain markers, write
-buffering), `display.jl`, `progress.jl`, `stdin.jl`, `repl.jl` (cell semantics and REPL
-modes), `ijulia.jl` (the IJulia shim), `eval.jl` (evaluation, interrupts, warm-up),
-`queries.jl` (complete, inspect, is_complete), `startup_file.jl`, `distributed.jl` (workers on
-other hosts), `lifeline.jl` (local and SSH workers end with this process), `main.jl`
-(start-up), and `precompile.jl` (the signatures compiled into the package cache).
+by Julia version, each branch citing the upstream source it follows), `helpers.jl`,
+`interrupts.jl` (how an interrupt reaches the running cell, ^C as a cancellation included),
+`json.jl` (the JSON writer), `wire.jl` (frames), `capture.jl` (fd 1 and 2, drain markers,
+write buffering), `display.jl`, `comms.jl` (IJulia's CommManager: comms both ways),
+`progress.jl`, `stdin.jl`, `repl.jl` (cell semantics, REPL modes, `import IJulia`),
+`ijulia.jl` (the IJulia shim), `eval.jl` (evaluation, error reports, warm-up), `queries.jl`
+(complete, inspect, is_complete), `startup_file.jl`, `distributed.jl` (workers on other hosts),
+`lifeline.jl` (local and SSH workers end with this process), `main.jl` (start-up), and
+`precompile.jl` (the signatures compiled into the package cache).
 """
 module JKernel
 
@@ -32,6 +34,7 @@ const SRC_DIR = @__DIR__
 include("state.jl")
 include("compat.jl")
 include("helpers.jl")
+include("interrupts.jl")
 include("json.jl")
 include("wire.jl")
 include("capture.jl")

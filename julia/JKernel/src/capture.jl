@@ -202,8 +202,8 @@ end
 # compiles packages in the world recorded when Base started (base/loading.jl,
 # `invoke_in_world(_require_world_age[], __require, ...)`), and that code passes `stderr` to
 # `pipeline(cmd; stderr = stderr)` and prints its progress to it (1.11+ `precompilepkgs`). A
-# type of ours there fails with "no method matching pipe_writer ... method too new" (audit N10;
-# IJulia#1089, julia#51280, julia-vscode#4042). So they are Base objects only: an `IOContext`
+# type of ours there fails with "no method matching pipe_writer ... method too new"
+# (IJulia#1089, julia#51280, julia-vscode#4042). So they are Base objects only: an `IOContext`
 # over the pipe, which is an `AbstractPipe` whose `pipe_writer` is Base's own, and which
 # carries `:color` for `printstyled`, the logging macros and `showerror`.
 #

@@ -124,7 +124,7 @@ stdlib). A SIGINT lands in whichever task runs: in a pmap feeder serializing its
 while compiling the serializer, which is when Julia misses the INT frame), it leaves the
 message's first part in the buffer. The next message goes out behind it, the worker fails to
 read that, skips to the next boundary, and so swallows the next message: its call is never
-answered (issue 21's test_distributed hang). With the lock held here no send is under way, and
+answered (tests/test_distributed.py hung on it). With the lock held here no send is under way, and
 whatever follows the buffer's last MSG_BOUNDARY is such a fragment; complete messages stay.
 A message longer than the buffer (64 KiB) may have had a part flushed already: the worker then
 still loses one message. Never throws.

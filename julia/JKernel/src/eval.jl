@@ -1,45 +1,7 @@
-# eval.jl: the evaluation loop, run_cell, error reports, interrupts, and the idle warm-up.
-#
-# Interrupts: SIGINT is thrown into whichever task runs on thread 1, which is often not the
-# evaluating one. Every long-lived task here catches InterruptException and forwards it to the
-# evaluation with `schedule(task, InterruptException(); error=true)`; an interrupt that lands in
-# a finished task reaches the same forwarding through Base.active_repl_backend (see
-# install_interrupt_sink!). INT frames use the same path and need no signal. Frame writes run
-# with SIGINT deferred so an interrupt cannot tear a frame. The server starts no short-lived
-# tasks: on Julia 1.5 a SIGINT landing in a finished task while others are queued is fatal.
-
-"""
-    install_interrupt_sink!()
-
-An interrupt that lands in a finished task reaches `Base.task_done_hook`, which hands it to
-`Base.active_repl_backend.backend_task` when `in_eval` is set, and otherwise kills the process
-("fatal: error thrown and no exception handler available"). Point it at a task that waits
-forever and forwards what it receives.
-"""
-function install_interrupt_sink!()
-    sink = @async while true
-        try
-            wait()
-        catch e
-            e isa InterruptException ? forward_interrupt() :
-                diag("interrupt sink got ", sprint(showerror, e))
-        end
-    end
-    # The REPL's backends start with its default transforms, `REPL.softscope` first, so a
-    # loop in a cell updates a global as it does at the prompt and in IJulia.
-    BACKEND[] = Backend(sink, true, default_ast_transforms(SOFTSCOPE[]))
-    try
-        Core.eval(Base, :(active_repl_backend = $(BACKEND[])))
-    catch e
-        diag("could not install the interrupt sink: ", sprint(showerror, e))
-    end
-end
+# eval.jl: the evaluation loop, run_cell, error reports and the idle warm-up. How an interrupt
+# reaches the running cell is in interrupts.jl.
 
 ends_with_semicolon(code::String) = REPL.ends_with_semicolon(code)
-
-is_interrupt(e) = e isa InterruptException || is_cancellation(e) ||
-    (e isa TaskFailedException && is_interrupt(e.task.exception)) ||
-    (e isa LoadError && is_interrupt(e.error))
 
 # Where an interrupt lands while the cell waits: scheduler frames that tell the user nothing.
 const SCHEDULER_FILES = ("task.jl", "condition.jl", "asyncevent.jl", "event.jl", "lock.jl",
@@ -199,12 +161,6 @@ end
 """The outcome of a cell that an interrupt ended before it ran, or outside run_cell."""
 const INTERRUPTED = CellOutcome("int", "", nothing,
     ErrorReport("InterruptException", "InterruptException:", "InterruptException:"))
-
-"""
-The supervisor escalates an interrupt until it hears that it reached the evaluation's code:
-tell it (the ACK of the running evaluation).
-"""
-acknowledge_interrupt() = CURRENT[] != 0 && send_frame(FrameKind.ACK, string(CURRENT[]))
 
 evaluate(id::Int, code::String, name::String, named::Bool) = run_evaluation(id) do
     cell = named ? cell_number(name, id) : 0

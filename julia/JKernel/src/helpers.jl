@@ -1,5 +1,5 @@
-# helpers.jl: logging to Julia's log, guarded long-lived tasks, interrupt forwarding,
-# capping results, and work handed to thread 1.
+# helpers.jl: logging to Julia's log, guarded long-lived tasks, capping results, and work
+# handed to thread 1.
 
 """Run `f()`, ignoring its errors but never an interrupt (it must reach forward_interrupt)."""
 function quietly(f)
@@ -35,49 +35,6 @@ function guarded(f, name::String)
                 sleep(0.05)   # no hot loop if it fails again at once
             end
         end
-    end
-end
-
-"""
-    forward_interrupt()
-
-Deliver an interrupt to the running evaluation, or drop it when nothing runs; return whether
-it will reach the evaluation.
-"""
-function forward_interrupt()
-    CURRENT[] == 0 && return false
-    t = something(CELL_TASK[], EVAL_TASK[])   # a cell's own task where it has one (compat.jl)
-    if IN_USER[] && t !== current_task() && !istaskdone(t)
-        # schedule(...; error=true) first takes the task off whatever queue it waits in, so a
-        # second interrupt just replaces the first.
-        schedule(t, InterruptException(); error = true)
-    else
-        PENDING_INTERRUPT[] = true
-    end
-    return true
-end
-
-"""
-    claim_interrupt(request) -> Bool
-
-Whether the INT frame, not the supervisor's SIGINT, delivers interrupt `request`: whichever
-side makes the directory `<CLAIMS_DIR>/<request>` first delivers it (supervisor.py says why).
-`mkdir` is atomic and fails with EEXIST for the loser (uv_fs_mkdir, synchronous with no loop
-and no callback: JuliaLang/julia release-1.10, release-1.12 and master base/file.jl); `isdir`
-tells that failure from any other. Without a claims directory, or if it is unusable, the frame
-delivers, as before claims existed.
-"""
-function claim_interrupt(request::Int)
-    isempty(CLAIMS_DIR[]) && return true
-    path = joinpath(CLAIMS_DIR[], string(request))
-    try
-        mkdir(path)
-        return true
-    catch e
-        e isa InterruptException && rethrow()
-        isdir(path) && return false
-        diag("could not claim interrupt ", request, ": ", sprint(showerror, e))
-        return true
     end
 end
 

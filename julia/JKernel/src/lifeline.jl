@@ -1,4 +1,4 @@
-# ---- Workers end with their master, however it dies (issue 21) ----
+# ---- Workers end with their master, however it dies ----
 #
 # Why they did not. A Julia SIGKILLed while its workers computed left them running for good,
 # SSH workers (with their `sh -l -c`, their sshd session and the local ssh client) and local

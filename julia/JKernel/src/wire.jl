@@ -211,23 +211,10 @@ function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
     elseif kind == FrameKind.INT
         request = wire_number(args[1])
         (request === nothing || request < 1) && protocol_failure("bad request in INT $id")
-        if id == CURRENT[]
-            # The SIGINT that claimed the request delivers it; either way it reached the cell.
-            claim_interrupt(request) && forward_interrupt()
-            send_frame(FrameKind.ACK, string(id))
-        elseif id > LAST_ID[]
-            # Sent but not started (the first cell compiles the server for a second): it
-            # starts interrupted, with no signal needed. A SIGINT that claimed the request
-            # first cannot reach the cell's code either: it lands before the cell starts, or
-            # while evaluate starts it, which ends in the same interrupted result. Claiming
-            # spares the supervisor that SIGINT.
-            claim_interrupt(request)
-            INTERRUPTED_BEFORE_START[] = id
-            send_frame(FrameKind.ACK, string(id))
-        end
+        interrupt_frame(id, request)
     elseif kind == FrameKind.TXT || kind == FrameKind.NIN
         ch = INPUT_WAIT[]
-        if ch !== nothing && id == CURRENT[] && !isready(ch)   # public API, not ch.data (audit row 4)
+        if ch !== nothing && id == CURRENT[] && !isready(ch)   # public API, not ch.data
             put!(ch, kind == FrameKind.TXT ? String(payload) : ErrorException(String(payload)))
         end
     elseif kind == FrameKind.QRY
