@@ -95,6 +95,30 @@ any(f -> endswith(f, ".ji"), (f for (_, _, files) in walkdir(doctor_depot) for f
 """.replace("PROBE", _PROBE).replace("UUID", _PROBE_UUID)
 
 
+# The `] st` row checks the kernel's Pkg mode, not the network. Pkg 1.7 and newer install the
+# General registry on first use when no registry is reachable (JuliaLang/Pkg.jl release-1.10
+# src/API.jl: status, like every command but precompile, calls
+# Registry.download_default_registries; JULIA_PKG_OFFLINE does not stop it), which fails on a
+# machine with no network. So where none is reachable, this cell puts an empty registry in a
+# temporary depot at the end of DEPOT_PATH for the row, and returns that depot ("" otherwise).
+_EMPTY_REGISTRY = """
+let Pkg = JKernel.load_pkg(), depot = ""
+    registry = isdefined(Pkg, :Registry) ? Pkg.Registry : nothing
+    if registry !== nothing && isdefined(registry, :reachable_registries) &&
+            isempty(registry.reachable_registries())
+        depot = mktempdir()
+        dir = mkpath(joinpath(depot, "registries", "JKernelDoctorEmpty"))
+        write(joinpath(dir, "Registry.toml"), REGISTRY_TOML)
+        push!(DEPOT_PATH, depot)
+    end
+    depot
+end
+"""
+_EMPTY_REGISTRY_TOML = (
+    'name = "JKernelDoctorEmpty"\nuuid = "0f6c3b8e-5a2d-4e71-9c34-7d2a1b9e8f50"\n\n[packages]\n'
+)
+
+
 def _tiny_png() -> bytes:
     """A valid 1x1 PNG (one red pixel), built here so that its bytes are visibly a PNG's."""
 
@@ -359,7 +383,13 @@ class _Doctor:
         _expect("sin(x)" in r.text, f"the value was {_quote(r.text)}, without 'sin(x)'")
 
     async def pkg(self) -> None:
-        cell = await self.cell("] st")
+        toml = _julia_string(_EMPTY_REGISTRY_TOML)
+        depot = await self.value(_EMPTY_REGISTRY.replace("REGISTRY_TOML", toml))
+        try:
+            cell = await self.cell("] st")
+        finally:
+            if depot != '""':
+                await self.value(f"filter!(!=({depot}), DEPOT_PATH); nothing")
         cell.ok()
         said = _plain(cell.text() + cell.text("stderr"))
         _expect("Status" in said, f"] st printed {_quote(said)}, without 'Status'")
