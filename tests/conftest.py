@@ -8,6 +8,7 @@ import os
 import re
 import secrets
 import select
+import shutil
 import subprocess
 import sys
 import time
@@ -125,6 +126,45 @@ def no_julia_left_by_the_module() -> Iterator[None]:
     after the module's own fixtures have ended them)."""
     yield
     _check_left_behind(ignore_shared=False)
+
+
+# ---- Pkg's registry on a machine with no network ----
+
+# Pkg 1.7 and newer install the General registry on first use when no registry is reachable
+# (JuliaLang/Pkg.jl release-1.10 src/API.jl: `status`, like every command but `precompile`,
+# calls Registry.download_default_registries; JULIA_PKG_OFFLINE does not stop it). These
+# machines have no network, and a notebook's `] st` is not a test of it. Where the Julia under
+# test would download one, an empty registry goes into a depot that JULIA_DEPOT_PATH appends
+# to the default ones (a leading empty entry stands for them: base/initdefs.jl
+# `init_depot_path` on release-1.10 and newer), as a machine that has General would be. Pkg 1.5
+# has no `reachable_registries` and never downloads: nothing changes there.
+NEEDS_A_REGISTRY = (
+    "import Pkg; r = isdefined(Pkg, :Registry) ? Pkg.Registry : nothing; "
+    "print(r !== nothing && isdefined(r, :reachable_registries) && "
+    "isempty(r.reachable_registries()))"
+)
+EMPTY_REGISTRY = (
+    'name = "JKernelTestEmpty"\nuuid = "5d1f2a7c-8e3b-4c96-a0d4-3b7e9f1c6a28"\n\n[packages]\n'
+)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def a_registry_without_network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    julia = shutil.which(os.environ.get("JUTUL_JKERNEL_JULIA", "julia"))
+    if julia is None or "JULIA_DEPOT_PATH" in os.environ:  # a user's depots are theirs
+        yield
+        return
+    probe = [julia, "--startup-file=no", "-e", NEEDS_A_REGISTRY]
+    needed = subprocess.run(probe, capture_output=True, text=True, timeout=120, check=False)
+    if needed.stdout.strip() != "true":
+        yield
+        return
+    depot = tmp_path_factory.mktemp("registry-depot")
+    (depot / "registries" / "JKernelTestEmpty").mkdir(parents=True)
+    (depot / "registries" / "JKernelTestEmpty" / "Registry.toml").write_text(EMPTY_REGISTRY)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JULIA_DEPOT_PATH", os.pathsep + str(depot))
+        yield
 
 
 KERNEL_NAME = "julia-supervised-client-test"
