@@ -4,8 +4,9 @@
 # make demo:  setup, then the main job.
 # make quick: the unit tests and the supervisor's tests against a real Julia, for the edit-test
 #             loop (under 3 minutes here, against about 30 for make test).
-# make mutants: deliberate breaks that the tests guarding each promise must catch (not in test).
-# make promise-map: tests/README.md, each promise with its tests and mutant, from the mutants.
+# make mutants: deliberate breaks that the tests guarding each promise must catch (not in test);
+#               the mutants are data, one file per area in scripts/mutants/.
+# make promise-map: tests/README.md, each promise with its tests and mutant, from those files.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -55,7 +56,8 @@ demo: setup
 mutants: setup
 	$(PY) scripts/mutants.py $(MUTANTS_ARGS)
 
-# Standard library only, so no setup: run it after adding or changing a mutant.
+# Standard library only (Python 3.11+, for tomllib), so no setup: run it after adding or
+# changing a mutant.
 promise-map:
 	$(PYTHON) scripts/promise_map.py --write
 
