@@ -50,11 +50,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the test extra installs tomli, which tomllib came from, on 3.10
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "scripts" / "mutants"

@@ -12,10 +12,15 @@ code and the list to each other.
 from __future__ import annotations
 
 import re
-import tomllib
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the test extra installs tomli, which tomllib came from, on 3.10
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 SURFACE_TOML = ROOT / "julia" / "JKernel" / "surface.toml"
