@@ -100,7 +100,8 @@ any(f -> endswith(f, ".ji"), (f for (_, _, files) in walkdir(doctor_depot) for f
 # src/API.jl: status, like every command but precompile, calls
 # Registry.download_default_registries; JULIA_PKG_OFFLINE does not stop it), which fails on a
 # machine with no network. So where none is reachable, this cell puts an empty registry in a
-# temporary depot at the end of DEPOT_PATH for the row, and returns that depot ("" otherwise).
+# temporary depot at the end of DEPOT_PATH (for the rest of the doctor's session, whose Julia
+# is its own), and returns that depot ("" otherwise).
 _EMPTY_REGISTRY = """
 let Pkg = JKernel.load_pkg(), depot = ""
     registry = isdefined(Pkg, :Registry) ? Pkg.Registry : nothing
@@ -382,14 +383,14 @@ class _Doctor:
         r = (await self.cell("?sin")).ok()
         _expect("sin(x)" in r.text, f"the value was {_quote(r.text)}, without 'sin(x)'")
 
-    async def pkg(self) -> None:
+    async def a_registry(self) -> None:
+        """Where Pkg would install General first (no registry reachable), an empty one."""
         toml = _julia_string(_EMPTY_REGISTRY_TOML)
-        depot = await self.value(_EMPTY_REGISTRY.replace("REGISTRY_TOML", toml))
-        try:
-            cell = await self.cell("] st")
-        finally:
-            if depot != '""':
-                await self.value(f"filter!(!=({depot}), DEPOT_PATH); nothing")
+        await self.value(_EMPTY_REGISTRY.replace("REGISTRY_TOML", toml))
+
+    async def pkg(self) -> None:
+        await self.a_registry()
+        cell = await self.cell("] st")
         cell.ok()
         said = _plain(cell.text() + cell.text("stderr"))
         _expect("Status" in said, f"] st printed {_quote(said)}, without 'Status'")
@@ -448,6 +449,10 @@ class _Doctor:
         # has no cache anywhere) and run its __init__, whose print shows in the cell. This is
         # `using Plots` after an update: Base's loading code compiling a package while the
         # kernel owns stdout and stderr. Julia's mktempdir removes both folders at exit.
+        # With Pkg loaded, Julia 1.10+ compiles it through Pkg.precompile (Base's
+        # PKG_PRECOMPILE_HOOK, base/loading.jl `_require` when isinteractive()), which installs
+        # General first where no registry is reachable.
+        await self.a_registry()
         cell = await self.cell(_USING_FRESH_PACKAGE)
         compiled = cell.ok().text
         out = cell.text()
