@@ -118,7 +118,9 @@ async def test_the_contracts_took_hold(newer_julia: JuliaSupervisor) -> None:
         "try; ProbeWithErr(false).err; false; catch e; e isa TypeError; end"
     )
     assert (await run(newer_julia, code)).text == "true"
-    assert (await run(newer_julia, "isdefined(Base, :CONTRACT_REQUIRE_WORLD)")).text == "true"
+    # Emulated on 1.5.3; on 1.10 and newer, Base's own.
+    code = "isdefined(Base, :CONTRACT_REQUIRE_WORLD) || isdefined(Base, :_require_world_age)"
+    assert (await run(newer_julia, code)).text == "true"
     code = "Tuple(nameof.(JKernel.REPL.repl_ast_transforms))"
     assert (await run(newer_julia, code)).text == "(:softscope, :warn_on_non_owning_accesses)"
     # What start-up saw as stderr: the IOContext that 1.6+ hands over, which it unwrapped.
