@@ -61,6 +61,9 @@ ESC = "jutul_jkernel/escalation.py"
 PROC = "jutul_jkernel/julia_process.py"
 ERRS = "jutul_jkernel/errors.py"
 KER = "jutul_jkernel/kernel.py"
+ROUTER = "jutul_jkernel/comms.py"
+IOPUB = "jutul_jkernel/iopub.py"
+LOOPS = "jutul_jkernel/loops.py"
 # The Julia side: the launcher and the JKernel package's files (julia/JKernel/src/).
 LAUNCHER = "julia/server.jl"
 LAUNCHER_REST = "julia/launcher.jl"
@@ -167,11 +170,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "output is delivered whole, even 1 GiB of it",
         (
             Edit(
-                KER,
-                "def _publish_stream(self, name: str, text: str, parent: dict[str, Any] | None)"
-                " -> None:",
-                "def _publish_stream(self, name: str, text: str, parent: dict[str, Any] | None)"
-                " -> None:\n        if len(text) > 4096:\n            return  # mutant M4",
+                IOPUB,
+                "def stream(self, name: str, text: str, parent: Parent | None) -> None:",
+                "def stream(self, name: str, text: str, parent: Parent | None) -> None:"
+                "\n        if len(text) > 4096:\n            return  # mutant M4",
             ),
         ),
         ("tests/test_load.py::test_one_gigabyte_streams_with_bounded_memory",),
@@ -418,7 +420,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 KER,
-                "settled = asyncio.ensure_future(self._cell_settled(_INTERRUPT_SETTLE_WAIT))",
+                "settled = asyncio.ensure_future(self._main_loop.idle(_INTERRUPT_SETTLE_WAIT))",
                 "settled = asyncio.ensure_future(asyncio.sleep(0, True))  # mutant M27",
             ),
         ),
@@ -435,8 +437,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "a control request is not held behind an interrupt's wait for its cell",
         (
             Edit(
-                KER,
-                "while self._control_received <= self._control_started:",
+                LOOPS,
+                "while self._received <= self._started:",
                 "while True:  # mutant M172",
             ),
         ),
@@ -1161,7 +1163,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "a registered application/...+json type reaches Jupyter as JSON, not text",
         (
             Edit(
-                KER,
+                IOPUB,
                 '_JSON_MIME = re.compile(r"application/(.*\\+)?json")',
                 '_JSON_MIME = re.compile(r"application/json")  # mutant M107',
             ),
@@ -1663,7 +1665,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M178",
         "comm_info lists the open comms, by target",
-        (Edit(KER, "if target is None or name == target", "if False  # mutant M178"),),
+        (Edit(ROUTER, "if target is None or name == target", "if False  # mutant M178"),),
         (f"{COMMS}::test_a_comm_julia_opens_reaches_the_client_and_comm_info_lists_it",),
     ),
     Mutant(
@@ -1681,7 +1683,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M180",
         "binary buffers reach the frontend",
-        (Edit(KER, "buffers=list(message.buffers),", "buffers=[],  # mutant M180"),),
+        (Edit(ROUTER, "buffers=list(message.buffers),", "buffers=[],  # mutant M180"),),
         (f"{COMMS}::test_a_client_comm_reaches_its_target_and_round_trips_buffers",),
     ),
     Mutant(
@@ -1690,8 +1692,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 KER,
-                "out.flush() self._publish_comm(sent, msg)",
-                "out.flush()\n            self._publish_comm(sent, self._last_parent)  # mutant M181",
+                "out.flush() self._comms.publish(sent, parent)",
+                "out.flush()\n            self._comms.publish(sent, self._last_parent)  # mutant M181",
             ),
         ),
         (f"{COMMS}::test_a_client_comm_reaches_its_target_and_round_trips_buffers",),
@@ -1741,7 +1743,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M186",
         "Julia ending (a death, a restart) closes every comm",
-        (Edit(KER, "for comm_id in list(self._open_comms):", "for comm_id in []:  # mutant M186"),),
+        (Edit(ROUTER, "for comm_id in list(self._open):", "for comm_id in []:  # mutant M186"),),
         (
             f"{COMMS}::test_julia_dying_closes_every_comm",
             f"{COMMS}::test_a_restart_closes_every_comm",
@@ -1764,8 +1766,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "a comm_open to an unknown target is closed at once, even while a cell runs",
         (
             Edit(
-                KER,
-                'if not await self._comm_target_may_be_known(content.get("target_name")):',
+                ROUTER,
+                'if not await self._target_may_be_known(content.get("target_name")):',
                 "if False:  # mutant M188",
             ),
         ),
@@ -1774,7 +1776,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M189",
         "a comm message that comes while a cell runs leaves the next cell its own idle",
-        (Edit(KER, "if _BESIDE_ANOTHER.get():", "if False:  # mutant M189"),),
+        (Edit(ROUTER, "if beside_another:", "if False:  # mutant M189"),),
         (f"{COMMS}::test_the_cell_after_a_comm_queued_behind_a_cell_gets_its_own_idle",),
     ),
     Mutant(
@@ -1783,7 +1785,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 KER,
-                "await self._comms_delivered()  # those received before the cell run before it",
+                "await self._comms.delivered()  # those received before the cell run before it",
                 "pass  # mutant M190",
             ),
         ),
