@@ -57,6 +57,9 @@ class Mutant:
 
 
 SUP = "jutul_jkernel/supervisor.py"
+STARTUP = "jutul_jkernel/startup.py"
+ROUTING = "jutul_jkernel/routing.py"
+EXEC = "jutul_jkernel/execution.py"
 ESC = "jutul_jkernel/escalation.py"
 PROC = "jutul_jkernel/julia_process.py"
 ERRS = "jutul_jkernel/errors.py"
@@ -367,8 +370,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "display from a task that outlives its cell reaches the last cell, as println does",
         (
             Edit(
-                SUP,
-                "self._stray.show(display_of(frame))",
+                ROUTING,
+                "self.stray.show(display_of(frame))",
                 "pass  # mutant M20",
             ),
         ),
@@ -553,10 +556,9 @@ MUTANTS: tuple[Mutant, ...] = (
         "start() adopts the Julia that launch() spawned instead of starting a second one",
         (
             Edit(
-                SUP,
-                "async def _spawn(self) -> None: launched, self._launched = self._launched, None",
-                "async def _spawn(self) -> None:\n"
-                "        launched, self._launched = None, self._launched  # mutant M38",
+                STARTUP,
+                "launched, self.launched = self.launched, None",
+                "launched, self.launched = None, self.launched  # mutant M38",
             ),
         ),
         (
@@ -569,10 +571,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "a launched Julia never outlives the supervisor, started or not",
         (
             Edit(
-                SUP,
-                "if launched is not None: # launched but never started: nothing to ask, kill it"
-                " launched.discard()",
-                "pass  # mutant M39",
+                STARTUP,
+                "if self.launched is not None: # launched but never started: nothing to ask,"
+                " kill it self.launched.discard()",
+                "if self.launched is not None:  # mutant M39",
             ),
         ),
         (f"{EL}::test_an_end_before_start_leaves_no_julia_and_no_socket[shutdown]",),
@@ -580,7 +582,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M40",
         "a launch made with other settings is replaced, not adopted",
-        (Edit(SUP, "launched.settings != self._settings() or ", ""),),
+        (Edit(STARTUP, "launched.settings != launch_settings or ", ""),),
         (f"{EL}::test_launch_with_other_settings_since_is_replaced",),
     ),
     Mutant(
@@ -601,7 +603,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M43",
         "a frame after an output marker waits until the output before the marker was read",
-        (Edit(SUP, "await j.pipes.passed(n, _MARK_WAIT)", "True"),),
+        (Edit(ROUTING, "await j.pipes.passed(n, _MARK_WAIT)", "True"),),
         (f"{SJ}::test_output_keeps_its_place_around_displays",),
     ),
     Mutant(
@@ -804,7 +806,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "the doctor passes on this Julia, and fails a row when a cell's stdout goes nowhere",
         (
             Edit(
-                SUP,
+                ROUTING,
                 "if data: ex.sink.write(name, data)",
                 'if data and name != "stdout":  # mutant M70\n                '
                 "ex.sink.write(name, data)",
@@ -882,7 +884,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M94",
         "a launched Julia's socket directory is removed however the kernel ends before start()",
-        (Edit(SUP, "self._launched.listener.close()  # and its socket's directory", "pass"),),
+        (Edit(STARTUP, "self.launched.listener.close()  # and its socket's directory", "pass"),),
         (f"{EL}::test_an_end_before_start_leaves_no_julia_and_no_socket",),
     ),
     Mutant(
@@ -1212,7 +1214,7 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 SUP,
-                'if result.status == "interrupted": await self._stop_children(j, ex)',
+                'if result.status == "interrupted": await ex.stop_children(j)',
                 "if False:  # mutant M121\n                    pass",
             ),
         ),
@@ -1244,8 +1246,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "the cell's stderr names the processes that were stopped",
         (
             Edit(
-                SUP,
-                'ex.sink.write("stderr", line.encode())',
+                EXEC,
+                'self.sink.write("stderr", line.encode())',
                 "pass  # mutant M124",
             ),
         ),
@@ -1263,8 +1265,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 SUP,
-                'if result.status == "interrupted": await self._stop_children(j, ex)',
-                "if True:  # mutant M126\n                    await self._stop_children(j, ex)",
+                'if result.status == "interrupted": await ex.stop_children(j)',
+                "if True:  # mutant M126\n                    await ex.stop_children(j)",
             ),
         ),
         (f"{CC}::test_a_child_of_an_earlier_cell_survives_a_later_interrupt",),
@@ -1358,8 +1360,8 @@ MUTANTS: tuple[Mutant, ...] = (
         (
             Edit(
                 SUP,
-                "self._claims.remove() if self._own_log_dir",
-                "if self._own_log_dir",
+                "self._claims.remove() self._starter.remove_log_dir()",
+                "self._starter.remove_log_dir()  # mutant M145",
             ),
         ),
         (f"{SJ}::test_the_claims_directory_goes_with_the_supervisor",),
@@ -1581,7 +1583,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M160",
         "a Julia that stalls before connecting without writing is said to have written nothing",
-        (Edit(SUP, "if said: msg +=", "if True:  # mutant M160\n                msg +="),),
+        (Edit(STARTUP, "if said: msg +=", "if True:  # mutant M160\n                msg +="),),
         (f"{FT}::test_julia_that_writes_nothing_before_stalling_is_said_to",),
     ),
     Mutant(
@@ -1589,7 +1591,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "what a Julia that stalls before connecting wrote is quoted in the error",
         (
             Edit(
-                SUP,
+                STARTUP,
                 r"(?re)said = j\.post_mortem\(\)$",
                 'said = j.post_mortem() and ""  # mutant M161',
             ),
@@ -1601,8 +1603,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "shutdown() ends a Julia that is still starting at once, not when the process exits",
         (
             Edit(
-                SUP,
-                "if starting is not None and starting is not self._julia:",
+                STARTUP,
+                "if starting is not None and starting is not connected:",
                 "if False:  # mutant M162",
             ),
         ),
@@ -1611,7 +1613,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "M163",
         "a SIGTERMed kernel takes a Julia that is still starting along",
-        (Edit(SUP, "for j in (self._julia, self._starting):", "for j in (self._julia,):  # M163"),),
+        (
+            Edit(
+                STARTUP,
+                "if starting is not None and starting.proc.returncode is None:",
+                "if False:  # M163",
+            ),
+        ),
         (f"{FT}::test_a_julia_still_starting_ends_with_its_kernel[sigterm]",),
     ),
     Mutant(
