@@ -1,10 +1,10 @@
 """One execution from send to result, and what it does with the frames Julia sends for it.
 
-The supervisor routes each frame (``JuliaSupervisor._dispatch``); those that carry the id of
-the running execution come here, to :meth:`Execution.take`, which looks their kind up in one
-table: displays to the sink, payloads, the value and the error collected for the result, input
-requests answered from the sink, and RES, which resolves the execution's future. Kinds not in
-the table mean nothing to an execution and are ignored.
+The supervisor's router (routing.py) sends each frame that carries the id of the running
+execution here, to :meth:`Execution.take`, which looks its kind up in one table: displays to
+the sink, payloads, the value and the error collected for the result, input requests answered
+from the sink, and RES, which resolves the execution's future. Kinds not in the table mean
+nothing to an execution and are ignored.
 """
 
 from __future__ import annotations
