@@ -274,6 +274,16 @@ class JuliaProcess:
         self.writer.write(data)
         await self.writer.drain()
 
+    async def ask(self, rid: int, request: bytes, timeout: float) -> Any:
+        """Send ``request``, which Julia answers with ANS (or ACK) ``rid``, and return the
+        answer; TimeoutError past ``timeout`` seconds."""
+        waiter = self.replies.expect(rid)
+        try:
+            await self.send(request)
+            return await asyncio.wait_for(waiter, timeout)
+        finally:
+            self.replies.forget(rid)
+
     def interrupt(self) -> None:
         """SIGINT to Julia's process group (Ctrl+Break on Windows), as Ctrl-C in a terminal."""
         with contextlib.suppress(ProcessLookupError, PermissionError):

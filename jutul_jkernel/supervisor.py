@@ -10,9 +10,11 @@ next execution starts a fresh Julia and says that state was lost.
 start() to adopt: the kernel's entry point uses it so that Julia boots while ipykernel is still
 being imported.
 
-It composes the concerns that have modules of their own: julia_process.py (one incarnation:
-spawn, signals, log, stop), escalation.py (interrupts), payloads.py (checking what frames
-carry), sink.py (where output goes), results.py and errors.py (what callers get).
+It composes the concerns that have modules of their own: startup.py (a Julia until it is
+connected: launched, adopted, handshake), julia_process.py (one incarnation: spawn, signals,
+log, stop), routing.py (where each frame and output byte goes), execution.py (one execution
+and its own frames), escalation.py (interrupts), payloads.py (checking what frames carry),
+sink.py (where output goes), results.py and errors.py (what callers get).
 
 Usage from plain Python::
 
@@ -26,40 +28,26 @@ import asyncio
 import contextlib
 import logging
 import os
-import secrets
-import shutil
 import socket
-import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import children, settings
-from .capture import OutputPipes
 from .errors import JuliaDiedError, JuliaStartupError, describe_exit
 from .escalation import Claims, Interrupt, InterruptLadder, settle_wait
-from .handshake import accept_julia
+from .execution import Execution
 from .julia_process import (
     IS_WINDOWS,
-    ChildProcess,
     JuliaProcess,
-    Launch,
     LaunchSettings,
-    spawn,
 )
-from .payloads import (
-    bundle_of,
-    comm_of,
-    display_of,
-    encode_comm,
-    error_of,
-    json_object,
-    payload_item_of,
-)
-from .protocol import Decoder, Frame, FrameKind, ProtocolError, encode, inner_frame
+from .payloads import encode_comm
+from .protocol import Decoder, Frame, FrameKind, ProtocolError, encode
 from .results import ErrorInfo, ExecutionResult, InterruptStep
+from .routing import FrameRouter
 from .sink import CommMessage, OutputSink, StreamCallback, as_sink
+from .startup import JuliaStarter
 
 # Re-exported: callers import what the supervisor raises and returns from here.
 __all__ = [
@@ -76,31 +64,11 @@ log = logging.getLogger(__name__)
 
 # A cold Julia needs ~1 s to connect; a big --sysimage or a slow disk much more.
 _STARTUP_TIMEOUT = 60.0
-# Julia writes an output marker and sends MRK right after; reading up to it takes milliseconds
-# (paused for IOPub, as long as IOPub needs). Past this, a marker is taken as lost.
-_MARK_WAIT = 10.0
 _READ_CHUNK_BYTES = 256 * 1024
 # Completion, inspection and is_complete answer in milliseconds once compiled; a query waits
 # this long when a computing cell keeps Julia from answering.
 _QUERY_TIMEOUT = 30.0
 _SYNC_TIMEOUT = 5.0
-
-
-@dataclass
-class _Execution:
-    """One execution from send to result: where its output goes, what it collected."""
-
-    id: int
-    sink: OutputSink
-    future: asyncio.Future[ExecutionResult]
-    interrupt: Interrupt
-    data: dict[str, Any] | None = None
-    error: ErrorInfo | None = None
-    payload: list[dict[str, Any]] = field(default_factory=list)
-    # Julia's descendants when the execution was sent: an interrupted cell's new ones are
-    # stopped when it ends (children.py). None where that cannot be known (Windows).
-    children_before: children.Snapshot | None = None
-    input_tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
 class JuliaSupervisor:
@@ -143,26 +111,20 @@ class JuliaSupervisor:
             except ValueError as exc:
                 self._setting_error = f"{exc}: set it to a number of seconds, or unset it"
                 self.startup_timeout = _STARTUP_TIMEOUT
-        self._log_dir = Path(log_dir) if log_dir else None
-        self._own_log_dir = False
-        self._stray = stray or OutputSink()
-        self._julia: JuliaProcess | None = None
-        self._launched: Launch | None = None  # spawned by launch(), adopted by start()
-        # The Julia that start() is waiting on, from its spawn (or adoption) until it is
-        # self._julia: shutdown() and kill_now() end it too, or it outlives the kernel.
-        self._starting: JuliaProcess | None = None
+        self._julia: JuliaProcess | None = None  # connected; before that, self._starter's
         self._lock = asyncio.Lock()  # serialises executions
         self._start_lock = asyncio.Lock()
         self._next_id = 0
         # The running execution. execute() sets it; whoever finishes the execution (execute,
         # or _settle when execute was cancelled) clears it, in _end_execution.
-        self._current: _Execution | None = None
-        self._incarnation = 0
+        self._current: Execution | None = None
         self._lost_state: str | None = None  # notice for the next execution after a death
         self._needs_sync = False
         self._interrupt_pending = False  # interrupt() came while an execution was starting
         self._settling: asyncio.Task[None] | None = None  # see _settle
         self._claims = Claims()
+        self._starter = JuliaStarter(Path(log_dir) if log_dir else None, self._claims)
+        self._route = FrameRouter(lambda: self._current, stray or OutputSink())
         self._ladder = InterruptLadder(self._claims, self._new_id)
         self._closed = False
         self._background: set[asyncio.Task[Any]] = set()
@@ -179,7 +141,7 @@ class JuliaSupervisor:
     def route_stray_output(self, sink: OutputSink) -> None:
         """Where output printed between executions goes from now on (a kernel made after the
         supervisor, which was launched early, says so once)."""
-        self._stray = sink
+        self._route.stray = sink
 
     @property
     def shut_down(self) -> bool:
@@ -276,7 +238,7 @@ class JuliaSupervisor:
             assert j is not None and j.writer is not None
             eid = self._new_id()
             future: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
-            ex = _Execution(eid, sink, future, Interrupt(eid, future))
+            ex = Execution(eid, sink, future, Interrupt(eid, future))
             self._current = ex
             j.stderr_tail.clear()  # a death report quotes this execution's stderr only
             if not IS_WINDOWS:
@@ -288,14 +250,14 @@ class JuliaSupervisor:
                     # (a cold Julia compiling its first cell is where a forced SIGINT hurts).
                     self._interrupt_pending = False
                     ex.interrupt.reach(InterruptStep.UNSENT)
-                    self._resolve(ex, "int", "InterruptException")
+                    ex.resolve("int", "InterruptException")
                 else:
                     await j.send(frame)
                 # Shielded: cancelling this task must not cancel the future, which stays
                 # the cell's fate while _settle interrupts it.
                 result = await asyncio.shield(ex.future)
                 if result.status == "interrupted":
-                    await self._stop_children(j, ex)
+                    await ex.stop_children(j)
             except asyncio.CancelledError:
                 if self.alive and not ex.future.done():
                     # The caller gave up on the cell (a timeout, a cancelled task), but Julia
@@ -311,7 +273,7 @@ class JuliaSupervisor:
                 result.notice = notice if not result.notice else f"{notice}\n{result.notice}"
             return result
 
-    async def _settle(self, ex: _Execution) -> None:
+    async def _settle(self, ex: Execution) -> None:
         """Interrupt a cancelled execution and wait (bounded by the escalation, which ends in
         a restart) until it has ended."""
         try:
@@ -333,7 +295,7 @@ class JuliaSupervisor:
                 and ex.future.exception() is None
                 and ex.future.result().status == "interrupted"
             ):
-                await self._stop_children(j, ex)
+                await ex.stop_children(j)
         finally:
             self._end_execution(ex)
             self._settling = None
@@ -365,27 +327,19 @@ class JuliaSupervisor:
     async def shutdown(self) -> None:
         """Stop Julia (ask, wait, SIGTERM, SIGKILL, reap) and release everything."""
         self._closed = True
-        launched, self._launched = self._launched, None
-        if launched is not None:  # launched but never started: nothing to ask, kill it
-            launched.discard()
-        starting = self._starting
-        if starting is not None and starting is not self._julia:
-            starting.signal_group(kill=True)  # not connected: nothing to ask; start() fails
+        self._starter.stop(connected=self._julia)
         await self._stop_julia(reason="was shut down")
         for task in list(self._background):
             task.cancel()
         self._claims.remove()
-        if self._own_log_dir and self._log_dir is not None:
-            shutil.rmtree(self._log_dir, ignore_errors=True)
+        self._starter.remove_log_dir()
 
     def kill_now(self) -> None:
         """SIGKILL Julia's process group at once, synchronously (signal handlers, atexit)."""
-        for j in (self._julia, self._starting):
-            if j is not None and j.proc.returncode is None:
-                j.signal_group(kill=True)
-        if self._launched is not None:
-            self._launched.kill_group()
-            self._launched.listener.close()  # and its socket's directory
+        j = self._julia
+        if j is not None and j.proc.returncode is None:
+            j.signal_group(kill=True)
+        self._starter.kill_now()
         self._claims.remove()
 
     async def complete(self, code: str, cursor: int) -> dict[str, Any]:
@@ -421,20 +375,6 @@ class JuliaSupervisor:
             tuple(sorted(self.env.items())),
         )
 
-    def _new_log(self) -> Path:
-        if self._log_dir is None:
-            self._log_dir = Path(tempfile.mkdtemp(prefix="jutul-jkernel-"))
-            self._own_log_dir = True
-        self._log_dir.mkdir(parents=True, exist_ok=True)
-        self._incarnation += 1
-        return self._log_dir / f"julia-{os.getpid()}-{self._incarnation}.log"
-
-    def _launch(self) -> Launch:
-        """Spawn Julia with a listener for it to connect to; no event loop needed."""
-        log_path = self._new_log()
-        claims = self._claims.make(log_path.parent)
-        return spawn(self._settings(), secrets.token_hex(16), log_path, claims)
-
     def launch(self) -> None:
         """Spawn Julia now, synchronously, without waiting for it; start() then adopts it.
 
@@ -442,85 +382,41 @@ class JuliaSupervisor:
         is sent to this Julia before start() has checked its handshake; if start() never
         comes, Julia exits when this process does (its socket closes, and it polls its parent).
         """
-        if self._closed or self.alive or self._launched is not None:
+        if self._closed or self.alive or self._starter.launched is not None:
             return
         if self._setting_error is not None:
             return  # start() reports it
-        try:
-            self._launched = self._launch()
-        except JuliaStartupError as exc:
-            log.debug("early launch failed; start() will try again: %s", exc)
+        self._starter.launch(self._settings())
 
     async def _spawn(self) -> None:
-        launched, self._launched = self._launched, None
-        if launched is not None and (
-            launched.settings != self._settings() or launched.popen.poll() is not None
-        ):
-            # Settings changed since, or it already died: start afresh (and report that one).
-            launched.discard()
-            launched = None
-        if launched is None:
-            launched = self._launch()
-        proc = ChildProcess(launched.popen)
-        j = self._starting = JuliaProcess(proc, launched.log_path, None)
+        j, launched = self._starter.adopt(self._settings())
         try:
-            await self._connect(j, launched)
+            conn, decoder, early = await self._starter.handshake(
+                j, launched, self.startup_timeout, self._piped
+            )
+            await self._connect(j, conn, decoder, early)
         except JuliaStartupError:
             if self._closed:  # shutdown() ended it: not a failure of Julia's to report
                 msg = "the supervisor was shut down while Julia was starting"
                 raise JuliaStartupError(msg) from None
             raise
         finally:
-            self._starting = None
+            self._starter.starting = None  # now self._julia, or gone
         # server.jl says in the log why it loaded from source (no cache yet, stale, unwritable).
         loaded = "its compile cache" if j.info.get("loaded_from") == "cache" else "source"
         log.info(
             "Julia %s started (%s, pid %s, JKernel from %s, log %s)",
             self.julia_version,
             self.julia_path,
-            proc.pid,
+            j.proc.pid,
             loaded,
             j.log_path,
         )
 
-    async def _connect(self, j: JuliaProcess, launched: Launch) -> None:
-        """Accept Julia's connection and wait for its INF frame; then it is self._julia."""
-        listener, token, log_path = launched.listener, launched.token, launched.log_path
-        argv = launched.popen.args
-        assert isinstance(argv, list)
-        if launched.pipe_fds is not None:
-            j.pipes = OutputPipes(
-                launched.pipe_fds, launched.marker, lambda name, data: self._piped(j, name, data)
-            )
-            j.pipes.start()  # now: Julia may already be writing, and a full pipe would stop it
-        try:
-            conn, decoder, early = await asyncio.wait_for(
-                accept_julia(j, listener, token, self.julia), self.startup_timeout
-            )
-        except (TimeoutError, asyncio.TimeoutError):
-            cpu = j.cpu_seconds()
-            await j.kill()
-            said = j.post_mortem()
-            msg = f"Julia ({argv[0]}) did not connect within {self.startup_timeout:g} s. "
-            if said:
-                msg += f"Its log is {log_path}:\n{said}"
-            else:
-                # Nothing to quote: say so, with what tells a stuck Julia from a starved one.
-                used = f", having used {cpu:.1f} s of CPU" if cpu is not None else ""
-                msg += (
-                    f"It wrote nothing before it was stopped{used}; a Julia that is slow to "
-                    "start (a loaded machine, a big --sysimage) needs a longer "
-                    f"{settings.STARTUP_TIMEOUT}. Its log is {log_path}."
-                )
-            raise JuliaStartupError(msg) from None
-        except BaseException:
-            await j.kill()
-            j.post_mortem()
-            raise
-        finally:
-            listener.close()
-        if listener.is_tcp:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    async def _connect(
+        self, j: JuliaProcess, conn: socket.socket, decoder: Decoder, early: list[Frame]
+    ) -> None:
+        """Take Julia's checked connection and wait for its INF frame; then it is self._julia."""
         j.reader, j.writer = await asyncio.open_connection(sock=conn, limit=_READ_CHUNK_BYTES)
         self._julia = j
         self._needs_sync = False  # no SIGINT of ours is in flight to a new Julia
@@ -530,31 +426,19 @@ class JuliaSupervisor:
             await asyncio.wait_for(info_waiter, self.startup_timeout)
         except (TimeoutError, asyncio.TimeoutError):
             await self._stop_julia(reason="did not describe itself")
-            msg = f"Julia connected but sent no INF frame; its log is {log_path}"
+            msg = f"Julia connected but sent no INF frame; its log is {j.log_path}"
             raise JuliaStartupError(msg) from None
         except JuliaDiedError as exc:
             raise JuliaStartupError(str(exc)) from None
 
     # ---- the connection ----
 
-    def _sink_now(self) -> OutputSink:
-        """The running execution's sink, or the stray one between executions."""
-        ex = self._current
-        return ex.sink if ex is not None else self._stray
-
-    def _reading_waits(self) -> bool:
-        """Whether reading waits for the consumer: not while an interrupt drops output."""
-        ex = self._current
-        return self._sink_now().backpressure is not None and not (
-            ex is not None and ex.interrupt.discarding
-        )
-
     async def _read_loop(self, j: JuliaProcess, decoder: Decoder, early: list[Frame]) -> None:
         assert j.reader is not None
         reason = "closed its connection"
         try:
             for frame in early:  # arrived with the handshake
-                await self._handle(j, frame)
+                await self._route.handle(j, frame)
             while True:
                 data = await j.reader.read(_READ_CHUNK_BYTES)
                 if not data:
@@ -564,9 +448,9 @@ class JuliaSupervisor:
                 if frames:
                     j.last_frame_at = asyncio.get_running_loop().time()
                 for frame in frames:
-                    await self._handle(j, frame)
-                backpressure = self._sink_now().backpressure
-                if backpressure is not None and self._reading_waits():
+                    await self._route.handle(j, frame)
+                backpressure = self._route.sink_now().backpressure
+                if backpressure is not None and self._route.reading_waits():
                     await backpressure()
         except ProtocolError as exc:
             reason = f"sent a malformed frame ({exc})"
@@ -580,18 +464,6 @@ class JuliaSupervisor:
             log.exception("handling a frame from Julia failed")
         await self._on_death(j, reason)
 
-    def _output(self, j: JuliaProcess, name: str, data: bytes) -> None:
-        """Bytes Julia's process wrote to fd 1 or fd 2: to the running cell, or stray."""
-        if name == "stderr":
-            j.stderr_tail.append(data)
-        ex = self._current
-        if ex is not None:
-            data = ex.interrupt.pass_on(data)
-            if data:
-                ex.sink.write(name, data)
-        else:
-            self._stray.write(name, data)
-
     def _piped(self, j: JuliaProcess, name: str, data: bytes) -> None:
         """Output read from the pipes; pause them while the consumer catches up."""
         if self._julia is not j:
@@ -599,10 +471,10 @@ class JuliaSupervisor:
             return
         # Julia is still sending: the escalation waits for its ACK instead of signalling.
         j.last_frame_at = asyncio.get_running_loop().time()
-        self._output(j, name, data)
+        self._route.output(j, name, data)
         pipes = j.pipes
-        backpressure = self._sink_now().backpressure
-        if backpressure is None or pipes is None or pipes.paused or not self._reading_waits():
+        backpressure = self._route.sink_now().backpressure
+        if backpressure is None or pipes is None or pipes.paused or not self._route.reading_waits():
             return
         pipes.pause()
 
@@ -616,176 +488,41 @@ class JuliaSupervisor:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _handle(self, j: JuliaProcess, frame: Frame) -> None:
-        if frame.kind is FrameKind.MRK:
-            await self._ordered(j, frame)
-        else:
-            self._dispatch(j, frame)
-
-    async def _ordered(self, j: JuliaProcess, frame: Frame) -> None:
-        """MRK n: handle the frame it carries once fd 1 and fd 2 were read up to marker n."""
-        n = int(frame.args[0])
-        inner = inner_frame(frame)
-        if j.pipes is not None:
-            if not await j.pipes.passed(n, _MARK_WAIT):
-                log.warning("output marker %d did not arrive within %g s; going on", n, _MARK_WAIT)
-                j.pipes.skip(n)
-        if inner is not None:
-            self._dispatch(j, inner)
-        if j.pipes is not None:
-            j.pipes.release(n)
-
-    def _dispatch(self, j: JuliaProcess, frame: Frame) -> None:
-        kind, args = frame.kind, frame.args
-        ex = self._current
-        if kind is FrameKind.OUT:
-            self._output(j, args[0], frame.payload)
-            return
-        if kind is FrameKind.MRK:
-            raise ProtocolError("an MRK frame outside the read loop")
-        if kind is FrameKind.INF:
-            j.info = json_object(frame)
-            j.replies.arrived(0, None)
-            return
-        if kind in (FrameKind.ANS, FrameKind.ACK):
-            if ex is not None and int(args[0]) == ex.id:
-                ex.interrupt.heard(ack=kind is FrameKind.ACK)
-            j.replies.arrived(int(args[0]), json_object(frame) if kind is FrameKind.ANS else None)
-            return
-        if kind is FrameKind.RDY:
-            raise ProtocolError("a second RDY frame")
-        if ex is None and kind in (FrameKind.DSP, FrameKind.CLR):
-            # A task that outlived its cell displays where its println goes: the last cell.
-            self._stray.show(display_of(frame))
-            return
-        if kind is FrameKind.CMM:
-            # Never dropped, unlike a late display: a widget's state must reach the frontend.
-            (ex.sink if ex is not None and int(args[0]) == ex.id else self._stray).send(
-                comm_of(frame)
-            )
-            return
-        if ex is None or int(args[0]) != ex.id:
-            log.debug("dropped a %s frame for execution %s: not running", kind.name, args[0])
-            return
-        if kind in (FrameKind.DSP, FrameKind.CLR):
-            ex.sink.show(display_of(frame))
-        elif kind is FrameKind.PAY:
-            ex.payload.append(payload_item_of(frame))
-        elif kind is FrameKind.VAL:
-            ex.data = bundle_of(frame, json_object(frame).get("data"))
-        elif kind is FrameKind.ERR:
-            ex.error = error_of(frame)
-        elif kind is FrameKind.INP:
-            task = asyncio.create_task(self._answer_input(j, ex, frame))
-            ex.input_tasks.add(task)
-            task.add_done_callback(ex.input_tasks.discard)
-        elif kind is FrameKind.RES:
-            self._resolve(ex, args[1], frame.payload.decode("utf-8", "replace"))
-
-    def _resolve(self, ex: _Execution, status: str, text: str) -> None:
-        if ex.future.done():
-            return
-        it = ex.interrupt
-        it.heard(ack=False)
-        result = ExecutionResult(
-            status="ok" if status == "ok" else "error" if status == "err" else "interrupted",
-            text=text,
-            data=ex.data,
-            error=ex.error,
-            interrupt_path=it.step.path if it.step is not None else None,
-            payload=ex.payload,
-        )
-        result.notice = "\n".join(it.notices(interrupted=result.status == "interrupted")) or None
-        ex.future.set_result(result)
-
-    async def _answer_input(self, j: JuliaProcess, ex: _Execution, frame: Frame) -> None:
-        prompt = frame.payload.decode("utf-8", "replace")
-        ask = ex.sink.input
-        if ask is None:
-            reply = encode(
-                FrameKind.NIN,
-                ex.id,
-                payload=b"stdin is not available: this frontend does not take input",
-            )
-        else:
-            try:
-                line = await ask(prompt, frame.args[1] == "1")
-                reply = encode(FrameKind.TXT, ex.id, payload=line.encode())
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the frontend's refusal becomes Julia's error
-                reply = encode(FrameKind.NIN, ex.id, payload=f"no input: {exc}".encode())
-        with contextlib.suppress(ConnectionError, JuliaDiedError):
-            await j.send(reply)
-
     async def _query(self, op: str, code: str, cursor: int) -> dict[str, Any]:
         await self.start()
         j = self._julia
         assert j is not None
         qid = self._new_id()
-        waiter = j.replies.expect(qid)
+        query = encode(FrameKind.QRY, qid, op, max(0, cursor), payload=code.encode())
         try:
-            await j.send(encode(FrameKind.QRY, qid, op, max(0, cursor), payload=code.encode()))
-            try:
-                result: dict[str, Any] = await asyncio.wait_for(waiter, _QUERY_TIMEOUT)
-            except (TimeoutError, asyncio.TimeoutError):
-                msg = (
-                    f"Julia did not answer a {op} query within {_QUERY_TIMEOUT:g} s "
-                    "(a running cell that computes without yielding keeps it busy)"
-                )
-                raise TimeoutError(msg) from None
-            return result
-        finally:
-            j.replies.forget(qid)
+            result: dict[str, Any] = await j.ask(qid, query, _QUERY_TIMEOUT)
+        except (TimeoutError, asyncio.TimeoutError):
+            msg = (
+                f"Julia did not answer a {op} query within {_QUERY_TIMEOUT:g} s "
+                "(a running cell that computes without yielding keeps it busy)"
+            )
+            raise TimeoutError(msg) from None
+        return result
 
     async def _sync(self) -> None:
         """Round-trip a SYN so that any SIGINT still in flight lands before the next cell."""
         j = self._julia
         assert j is not None
         sid = self._new_id()
-        waiter = j.replies.expect(sid)
         try:
-            await j.send(encode(FrameKind.SYN, sid))
-            await asyncio.wait_for(waiter, _SYNC_TIMEOUT)
+            await j.ask(sid, encode(FrameKind.SYN, sid), _SYNC_TIMEOUT)
         except (TimeoutError, asyncio.TimeoutError):
             log.warning("Julia did not answer a SYN within %g s", _SYNC_TIMEOUT)
-        finally:
-            j.replies.forget(sid)
         self._needs_sync = False
 
-    def _end_execution(self, ex: _Execution) -> None:
+    def _end_execution(self, ex: Execution) -> None:
         """The one place an execution ends: it stops being current, its escalation and input
         requests stop, and a SIGINT it may have left in flight is synced before the next."""
         if self._current is ex:
             self._current = None
-        for task in list(ex.input_tasks):
-            task.cancel()
+        ex.stop_asking()
         if self._ladder.finish(ex.interrupt):
             self._needs_sync = True
-
-    async def _stop_children(self, j: JuliaProcess, ex: _Execution) -> None:
-        """Stop the processes an interrupted cell started and left running, and say so.
-
-        Interrupted, the cell's code has unwound, but what it started runs on: a `run` that
-        an INT frame interrupted leaves its process, and Pkg's precompile workers (`julia`
-        processes that Base.compilecache starts with `open(pipeline(...))`, JuliaLang/julia
-        release-1.10, release-1.12 and master base/loading.jl) go on compiling, and their
-        tasks print into later cells. A restart already killed Julia's whole group.
-        """
-        if ex.children_before is None or ex.interrupt.restarted or j.dead:
-            return
-        left = children.started_since(j.proc.pid, ex.children_before)
-        if not left:
-            return
-        stopped = await asyncio.to_thread(children.stop, left)
-        if stopped:
-            n = len(stopped)
-            line = (
-                f"jutul-jkernel: stopped {n} process{'es' if n > 1 else ''} the cell started: "
-                f"{', '.join(stopped)}\n"
-            )
-            ex.sink.write("stderr", line.encode())
-        log.info("execution %s: stopped %s", ex.id, ", ".join(stopped))
 
     # ---- death and teardown ----
 
@@ -853,8 +590,9 @@ class JuliaSupervisor:
 
     def _julia_ended(self) -> None:
         """Tell the stray sink that a Julia process ended: what it had open (comms) is gone."""
-        if self._stray.julia_ended is not None:
+        stray = self._route.stray
+        if stray.julia_ended is not None:
             try:
-                self._stray.julia_ended()
+                stray.julia_ended()
             except Exception:  # the consumer's bug must not stop the teardown
                 log.exception("julia_ended callback failed")
