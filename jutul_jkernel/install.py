@@ -11,8 +11,9 @@ project) unless ``--no-color`` or ``--project DIR`` say otherwise, and runs the 
 file unless ``--no-startup-file`` is given. ``--channel 1.10`` makes the command juliaup's
 launcher with ``+1.10`` (see :mod:`jutul_jkernel.juliaup`), so the kernel survives
 ``juliaup update``; the installer never turns the launcher into the versioned Julia it runs.
-After compiling the Julia side it runs the doctor (:mod:`jutul_jkernel.doctor`) once with
-those settings and prints its one-line summary.
+Before writing anything it checks that Julia runs with those settings, and after, compiles
+the Julia side (both in :mod:`jutul_jkernel.julia_setup`); then it runs the doctor
+(:mod:`jutul_jkernel.doctor`) once with those settings and prints its one-line summary.
 This module never works out Jupyter's data directories itself: ``KernelSpecManager`` picks the
 directory from ``--user``, ``--sys-prefix`` or ``--prefix``, as bash_kernel's installer does.
 """
@@ -25,32 +26,23 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from jupyter_client.kernelspec import KernelSpecManager
 
-from jutul_jkernel import _resources, juliaup, settings
+from jutul_jkernel import juliaup, settings
 from jutul_jkernel._resources import kernelspec_dir
-from jutul_jkernel.errors import describe_exit, indented
 from jutul_jkernel.julia_options import add_julia_options, julia_flags
+from jutul_jkernel.julia_setup import JuliaCheckError, check_channel, check_julia, precompile_server
 
 _DEFAULT_NAME = "julia-supervised"
 _DEFAULT_DISPLAY_NAME = "Julia (supervised)"
 _LOGOS = ("logo-32x32.png", "logo-64x64.png")
 
 _XVFB_DEFAULT = "Xvfb"
-
-# Julia 1.5 starts in well under a second here, but a first run on a cold disk or a
-# large custom sysimage can take much longer; a minute only catches a julia that hangs.
-_CHECK_TIMEOUT = 60.0
-_STDERR_TAIL_LINES = 15
-# Compiling the JKernel package: ~4 s here with Julia 1.5; Julia 1.9+ also writes native code.
-_PRECOMPILE_TIMEOUT = 600.0
 
 # What jupyter_client accepts as a kernel name (kernelspec._kernel_name_pat, case-insensitive).
 _KERNEL_NAME = re.compile(r"[a-z0-9._-]+", re.IGNORECASE)
@@ -76,10 +68,6 @@ _HOW_TO_GET_JULIA = (
     "naming a working julia executable; in a checkout of this project, `make setup` installs\n"
     "one. Use --no-check to install the kernelspec without checking Julia."
 )
-
-
-class JuliaCheckError(Exception):
-    """The julia the kernel would start did not run ``print(VERSION)``."""
 
 
 @dataclass(frozen=True)
@@ -204,113 +192,6 @@ def _choose_julia(julia: str | None, channel: str | None = None) -> _JuliaChoice
     # A bare name not on PATH stays bare: the check then fails naming it.
     command = os.path.abspath(found) if found is not None else julia
     return _JuliaChoice(command, "--julia, looked up on PATH", pinned=True)
-
-
-def _tail(text: str) -> str:
-    return indented(text, last_lines=_STDERR_TAIL_LINES, empty="(no output on stderr)")
-
-
-def check_julia(julia: str, julia_args: Sequence[str] = ()) -> str:
-    """Run ``print(VERSION)`` with ``julia`` and return the version it prints.
-
-    ``julia_args`` go on the command line too, so a mistyped flag fails here rather than at
-    every kernel start.
-    """
-    command = juliaup.julia_argv(julia, ["--startup-file=no", *julia_args], "-e", "print(VERSION)")
-    try:
-        done = _run_julia(command, _CHECK_TIMEOUT)
-    except OSError as exc:
-        msg = f"could not run {julia}: {exc.strerror or exc}."
-        raise JuliaCheckError(msg) from None
-    except subprocess.TimeoutExpired as exc:
-        # On POSIX the partial output arrives as bytes even with text=True.
-        stderr = exc.stderr or ""
-        if isinstance(stderr, bytes):
-            stderr = stderr.decode(errors="replace")
-        msg = (
-            f"{shlex.join(command)} did not finish within {_CHECK_TIMEOUT:.0f} s; "
-            f"its stderr ended with:\n{_tail(stderr)}"
-        )
-        raise JuliaCheckError(msg) from None
-    version = done.stdout.strip()
-    if done.returncode != 0 or not version:
-        msg = (
-            f"{shlex.join(command)} {describe_exit(done.returncode)}"
-            f"{'' if done.returncode else ' without printing a version'}; "
-            f"its stderr ended with:\n{_tail(done.stderr)}"
-        )
-        raise JuliaCheckError(msg)
-    return version
-
-
-def check_channel(launcher: str, channel: str) -> str:
-    """Run ``launcher +channel --version`` and return what it prints (``julia version 1.10.5``).
-
-    The launcher resolves the channel before Julia starts, so this fails fast, with juliaup's
-    own message, for a channel that is not installed or does not exist.
-    """
-    command = [launcher, juliaup.channel_argument(channel), "--version"]
-    try:
-        done = _run_julia(command, _CHECK_TIMEOUT)
-    except OSError as exc:
-        msg = f"could not run {launcher}: {exc.strerror or exc}."
-        raise JuliaCheckError(msg) from None
-    except subprocess.TimeoutExpired:
-        msg = f"{shlex.join(command)} did not finish within {_CHECK_TIMEOUT:.0f} s"
-        raise JuliaCheckError(msg) from None
-    version = done.stdout.strip()
-    if done.returncode != 0 or not version:
-        msg = (
-            f"{shlex.join(command)} {describe_exit(done.returncode)}"
-            f"{'' if done.returncode else ' without printing a version'}; "
-            f"its stderr ended with:\n{_tail(done.stderr)}"
-        )
-        raise JuliaCheckError(msg)
-    return version
-
-
-def _run_julia(
-    command: list[str], timeout: float, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run a julia command with no stdin, its output captured as text, within ``timeout``."""
-    return subprocess.run(
-        command,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        errors="replace",
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
-
-
-def precompile_server(
-    julia: str, julia_args: Sequence[str] = (), env: dict[str, str] | None = None
-) -> str | None:
-    """Compile the JKernel package for ``julia`` (``server.jl --precompile``); return why not.
-
-    The cache goes to JKernel's own depot (see server.jl); with ``julia_args`` the flags the
-    kernel runs with, so that the cache matches them. Returns None when the cache is ready.
-    """
-    command = juliaup.julia_argv(
-        julia,
-        ["--startup-file=no", *julia_args],
-        str(_resources.server_script()),
-        "--precompile",
-    )
-    try:
-        done = _run_julia(command, _PRECOMPILE_TIMEOUT, env)
-    except OSError as exc:
-        return f"could not run {julia}: {exc.strerror or exc}"
-    except subprocess.TimeoutExpired:
-        return f"{shlex.join(command)} did not finish within {_PRECOMPILE_TIMEOUT:.0f} s"
-    if done.returncode != 0:
-        return (
-            f"{shlex.join(command)} {describe_exit(done.returncode)}; "
-            f"its output ended with:\n{_tail(done.stdout + done.stderr)}"
-        )
-    return None
 
 
 def _run_doctor(args: argparse.Namespace, julia: str, julia_args: list[str]) -> None:

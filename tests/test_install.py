@@ -21,7 +21,7 @@ import jupyter_core.paths
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
-from jutul_jkernel import install
+from jutul_jkernel import install, julia_setup
 from jutul_jkernel._resources import kernelspec_dir
 
 from .conftest import start_kernel, stop_kernel
@@ -306,7 +306,7 @@ def test_install_runs_the_doctor_and_prints_one_line(
     every check passed, on which Julia (the binary that ran, as Julia names it)."""
     assert run_install(prefix, doctor=True) == 0
     out = capsys.readouterr().out
-    version = install.check_julia(julia)
+    version = julia_setup.check_julia(julia)
     n = len(ROWS)
     want = f"doctor: {n}/{n} checks passed on Julia {version} ({julia_binary()})"
     assert [line for line in out.splitlines() if line.startswith("doctor: ")][-1] == want, out
@@ -527,7 +527,7 @@ def test_julia_that_hangs_exits_2(
     """A julia that does not answer within the check's timeout is a failure, not a wait."""
     hang = tmp_path / "hang.jl"
     hang.write_text("sleep(120)\n", encoding="utf-8")
-    monkeypatch.setattr(install, "_CHECK_TIMEOUT", 3.0)
+    monkeypatch.setattr(julia_setup, "_CHECK_TIMEOUT", 3.0)
     assert run_install(prefix, "--julia-args", f"-L {hang}") == 2
     err = capsys.readouterr().err
     assert "did not finish within 3 s" in err
@@ -845,7 +845,7 @@ def test_doctor_through_a_channel_names_the_julia_that_ran(
     assert run_install(prefix, "--channel", "1.10", doctor=True) == 0
     out = capsys.readouterr().out
     n = len(ROWS)
-    version = install.check_julia(str(launcher_on_path.julia), ["+1.10"])
+    version = julia_setup.check_julia(str(launcher_on_path.julia), ["+1.10"])
     want = f"doctor: {n}/{n} checks passed on Julia {version} ({julia_binary()})"
     assert [line for line in out.splitlines() if line.startswith("doctor: ")][-1] == want, out
     calls = launcher_on_path.calls()
