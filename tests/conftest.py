@@ -167,6 +167,14 @@ def a_registry_without_network(tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield
 
 
+def private_depot(path: Path) -> str:
+    """A JULIA_DEPOT_PATH with ``path`` first, where compiled caches and Pkg's files go. The
+    session's depots stay behind it: the empty registry's, and where the session has one, the
+    empty entry that stands for Julia's own depots on 1.10+ (its stdlibs' caches are there)."""
+    rest = os.environ.get("JULIA_DEPOT_PATH")
+    return str(path) if rest is None else f"{path}{os.pathsep}{rest}"
+
+
 KERNEL_NAME = "julia-supervised-client-test"
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from jutul_jkernel.supervisor import ExecutionResult, JuliaSupervisor
 
-from .conftest import STARTUP_TIMEOUT, Output, StartSignal
+from .conftest import STARTUP_TIMEOUT, Output, StartSignal, private_depot
 from .test_supervisor_julia import CELL_BOUND, INTERRUPT_BOUND, run, started_or_ended, stop_cell
 
 pytestmark = pytest.mark.integration
@@ -153,7 +153,7 @@ async def test_a_package_precompile_worker_is_stopped(
         "end\n"
     )
     sup = JuliaSupervisor(
-        env={"JULIA_DEPOT_PATH": str(tmp_path / "depot")},  # the cache goes there
+        env={"JULIA_DEPOT_PATH": private_depot(tmp_path / "depot")},  # the cache goes there
         startup_timeout=STARTUP_TIMEOUT,
     )
     try:

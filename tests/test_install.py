@@ -794,14 +794,22 @@ def test_julia_inside_juliaup_warns_that_an_update_removes_it(
     prefix: Path, julia: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A --julia in juliaup's versioned folder (here a link to the real one) installs, with a
-    warning that suggests the channel of its version."""
-    versioned = tmp_path / ".julia" / "juliaup" / "julia-1.5.3+0.x64.linux.gnu" / "bin"
+    warning that suggests the channel of its version (the version of the Julia it links to)."""
+    version = subprocess.run(
+        [julia, "--startup-file=no", "-e", "print(VERSION)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    folder = f"julia-{version}+0.x64.linux.gnu"
+    versioned = tmp_path / ".julia" / "juliaup" / folder / "bin"
     versioned.mkdir(parents=True)
     (versioned / "julia").symlink_to(julia)
     assert run_install(prefix, "--julia", str(versioned / "julia"), "--no-precompile") == 0
     err = capsys.readouterr().err
-    assert "julia-1.5.3+0.x64.linux.gnu" in err
-    assert "--channel 1.5" in err
+    assert folder in err
+    assert f"--channel {'.'.join(version.split('.')[:2])}" in err
     assert spec_env()["JUTUL_JKERNEL_JULIA"] == str(versioned / "julia")
 
 

@@ -459,7 +459,9 @@ def test_jupyterlab_in_a_browser(lab: LabServer, page: Page) -> None:
     stderr = outputs(failing, "application/vnd.jupyter.stderr")
     expect(stderr).to_contain_text("boom", timeout=_UI_MS)
     expect(stderr).to_contain_text("Stacktrace:", timeout=_UI_MS)
-    expect(stderr).to_contain_text(re.compile(r"top-level scope at In\[\d+\]:1"), timeout=_UI_MS)
+    # Julia 1.5: "top-level scope at In[n]:1"; 1.6+: "top-level scope", then "@ In[n]:1".
+    frame = re.compile(r"top-level scope(?: at |\s+@ )In\[\d+\]:1")
+    expect(stderr).to_contain_text(frame, timeout=_UI_MS)
     shots.append(nb.screenshot("05-error-traceback", failing))
 
     # 5. The toolbar's stop button ends sleep(1000); variables from before survive.

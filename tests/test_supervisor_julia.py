@@ -134,13 +134,18 @@ async def test_syntax_error_names_the_problem(julia: JuliaSupervisor) -> None:
     """A parse error is an error result, not a crash, and shows no bogus frames."""
     r = await run(julia, "x = (1 +* 2")
     assert r.status == "error"
-    assert "syntax" in r.text
+    # `syntax: "*" is not a unary operator` on Julia 1.5; JuliaSyntax's ParseError from 1.10,
+    # which points at the place in the cell (In[n]:1:9).
+    assert "not a unary operator" in r.text, r.text
+    assert "syntax" in r.text or "ParseError" in r.text and ":1:9" in r.text, r.text
     assert "none:" not in r.text
 
 
 async def test_result_is_capped_but_output_is_not(julia: JuliaSupervisor, output: Output) -> None:
     """A result over 64 KiB is cut with a note; the same text printed arrives whole."""
-    r = await run(julia, 'repeat("a", 200_000)')
+    # A Text value: its text/plain is the text itself on every Julia (1.10 shortens a long
+    # String's own repr, "⋯ n bytes ⋯", before the cap could).
+    r = await run(julia, 'Text(repeat("a", 200_000))')
     assert len(r.text.encode()) <= 64 * 1024
     assert "more bytes cut" in r.text
     await run(julia, 'print(repeat("b", 200_000))', output)
@@ -1031,7 +1036,7 @@ async def test_abort_is_explained_with_julias_own_report(julia: JuliaSupervisor)
         await run(julia, "ccall(:abort, Cvoid, ())")
     message = str(info.value)
     assert "SIGABRT" in message
-    assert "signal (6)" in message
+    assert "signal (6" in message  # "signal (6)" on Julia 1.5, "signal (6.-6)" on 1.10
     assert str(info.value.log_path) in message
     assert info.value.log_path is not None and info.value.log_path.exists()
     assert (await run(julia, "2 + 2")).text == "4"
