@@ -362,7 +362,8 @@ def test_every_import_of_ijulia_binds_the_kernels_module(kernel: Kernel, tmp_pat
     outer.write_text(
         f"import IJulia.CommManager: Comm, register_comm\nouter_got = Comm\ninclude({jl(inner)})\n"
     )
-    code = f"include({jl(outer)})\n(outer_got, inner_got) === (IJulia.CommManager.Comm, IJulia.CommManager)"
+    both = "(IJulia.CommManager.Comm, IJulia.CommManager)"
+    code = f"include({jl(outer)})\n(outer_got, inner_got) === {both}"
     assert ok(kc, code)[0] == "true"
     code = f"module InModule\ninclude({jl(outer)})\nend\nInModule.inner_got === IJulia.CommManager"
     assert ok(kc, code)[0] == "true"
@@ -372,13 +373,8 @@ def test_a_user_include_method_stays_the_users(kernel: Kernel) -> None:
     """Only an `include` that takes a path gets the kernel's mapping; a user's own method of
     `include` (defined or passed in) is called as written."""
     _, kc = kernel
-    assert (
-        ok(
-            kc,
-            "module OwnInclude\ninclude(n::Int) = n + 1\nconst got = include(41)\nend; OwnInclude.got",
-        )[0]
-        == "42"
-    )
+    own = "module OwnInclude\ninclude(n::Int) = n + 1\nconst got = include(41)\nend"
+    assert ok(kc, f"{own}; OwnInclude.got")[0] == "42"
     assert ok(kc, "apply_include(include) = include(2); apply_include(x -> 10x)")[0] == "20"
 
 

@@ -137,7 +137,7 @@ async def test_syntax_error_names_the_problem(julia: JuliaSupervisor) -> None:
     # `syntax: "*" is not a unary operator` on Julia 1.5; JuliaSyntax's ParseError from 1.10,
     # which points at the place in the cell (In[n]:1:9).
     assert "not a unary operator" in r.text, r.text
-    assert "syntax" in r.text or "ParseError" in r.text and ":1:9" in r.text, r.text
+    assert "syntax" in r.text or ("ParseError" in r.text and ":1:9" in r.text), r.text
     assert "none:" not in r.text
 
 
