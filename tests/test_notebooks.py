@@ -108,12 +108,58 @@ def code_cells(nb: NotebookNode) -> list[NotebookNode]:
     return [c for c in nb.cells if c.cell_type == "code"]
 
 
+def julia_16_type_names(text: str) -> str:
+    """Types written as Julia 1.6 and newer print them: `Array{T,1}` as `Vector{T}`,
+    `Array{T,2}` as `Matrix{T}` (base/show.jl prints the aliases since 1.6), and a space after
+    each comma between a type's parameters. Julia 1.5 prints `Array{Int64,1}`; the golden
+    notebooks hold either, and so compare on every Julia."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        j = text.find("{", i)
+        if j < 0:
+            out.append(text[i:])
+            break
+        name_start = j
+        while name_start > i and (text[name_start - 1].isalnum() or text[name_start - 1] == "_"):
+            name_start -= 1
+        depth, k = 0, j
+        while k < len(text):
+            depth += {"{": 1, "}": -1}.get(text[k], 0)
+            if depth == 0:
+                break
+            k += 1
+        if name_start == j or k == len(text):  # not `Name{...}`, or unbalanced: leave it
+            out.append(text[i : j + 1])
+            i = j + 1
+            continue
+        name, params = text[name_start:j], _split_params(text[j + 1 : k])
+        params = [julia_16_type_names(p.strip()) for p in params]
+        if name == "Array" and len(params) == 2 and params[1] in ("1", "2"):
+            name, params = ("Vector" if params[1] == "1" else "Matrix"), params[:1]
+        out.append(text[i:name_start] + name + "{" + ", ".join(params) + "}")
+        i = k + 1
+    return "".join(out)
+
+
+def _split_params(inside: str) -> list[str]:
+    """`a,B{c,d},e` as ["a", "B{c,d}", "e"]: the commas outside nested braces."""
+    params, depth, start = [], 0, 0
+    for n, ch in enumerate(inside):
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            params.append(inside[start:n])
+            start = n + 1
+    return [*params, inside[start:]]
+
+
 def _text(value: Any) -> Any:
-    """A MIME value as one string (nbformat may keep a list of lines), ids made reproducible."""
+    """A MIME value as one string (nbformat may keep a list of lines), ids made reproducible,
+    Julia's type names as 1.6+ prints them."""
     if isinstance(value, list):
         value = "".join(value)
     if isinstance(value, str):
-        return _DISPLAY_ID.sub(r"jkernel-<pid>-\1", value)
+        return julia_16_type_names(_DISPLAY_ID.sub(r"jkernel-<pid>-\1", value))
     return value
 
 
