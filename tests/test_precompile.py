@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -322,7 +323,11 @@ async def test_a_killed_compile_leaves_no_temporary_file_and_no_lock_in_the_way(
         assert loaded_from(again) == "source"
         assert "compiling it for the next start" in log_of(again), log_of(again)
         await until_logged([again], COMPILED_LINE)
-        assert "removed 1 temporary file(s) of an interrupted compile" in log_of(again)
+        # the planted one, and on 1.10+ the killed compile's own (1.5.3 had made none yet)
+        removed = re.search(
+            r"removed (\d+) temporary file\(s\) of an interrupted compile", log_of(again)
+        )
+        assert removed is not None and int(removed.group(1)) >= 1, log_of(again)
         assert not [f.name for f in cache.iterdir() if f.name.startswith("jl_")]
         assert not lock.exists()
     finally:
