@@ -221,8 +221,10 @@ def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
 
 START_TIMEOUT = 60.0
 
+Kernel = tuple[KernelManager, BlockingKernelClient]
 
-def start_kernel(name: str = KERNEL_NAME) -> tuple[KernelManager, BlockingKernelClient]:
+
+def start_kernel(name: str = KERNEL_NAME) -> Kernel:
     km = KernelManager(kernel_name=name)
     km.start_kernel()
     # ZMQ drops IOPub messages for a subscriber 1000 messages behind (its default high-water
@@ -249,7 +251,7 @@ def stop_kernel(km: KernelManager, kc: BlockingKernelClient) -> None:
 
 
 @contextlib.contextmanager
-def shared_kernel() -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+def shared_kernel() -> Iterator[Kernel]:
     """A kernel that outlives single tests: the leftover guard ignores its Julia meanwhile."""
     km, kc = start_kernel()
     pid = km.provisioner.pid if km.provisioner else None
@@ -262,14 +264,45 @@ def shared_kernel() -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
         SHARED_KERNEL_PIDS.discard(pid)
 
 
+@pytest.fixture(scope="module")
+def kernel(kernel_env: dict[str, str]) -> Iterator[Kernel]:
+    """One kernel for a module's tests that do not end it. A module whose kernel needs more
+    (a depot, cells run first, a warm-up) says so in a fixture of its own."""
+    with shared_kernel() as k:
+        yield k
+
+
 @pytest.fixture
-def own_kernel(kernel_env: dict[str, str]) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+def own_kernel(kernel_env: dict[str, str]) -> Iterator[Kernel]:
     """A kernel of the test's own, for tests that end or break it."""
     km, kc = start_kernel()
     try:
         yield km, kc
     finally:
         stop_kernel(km, kc)
+
+
+def julia_of(km: KernelManager) -> int:
+    """The pid of the Julia that the kernel runs now."""
+    pid = km.provisioner.pid if km.provisioner else None
+    assert pid is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for p in julia_descendants():
+            if pid in {a.pid for a in p.parents()}:
+                return int(p.pid)
+        time.sleep(0.05)
+    raise AssertionError("the kernel runs no Julia")
+
+
+# ---- a Julia's warm-up, waited for through a supervisor or a kernel ----
+
+# server.jl compiles its error-report path (and more) in small steps whenever Julia has been
+# idle for 0.2 s; a user typing gives it that time. Until then the first interrupt of a cell
+# that computes takes seconds to report, and the escalation mistakes it for a cell that ignored
+# its SIGINT (seen here: forced, even restarted, on a loaded machine).
+WARM_UP_BOUND = 120.0
+WARM_UP_POLL = 0.5  # idle time between polls: the warm-up only advances while Julia is idle
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 from jutul_jkernel.supervisor import ExecutionResult, JuliaSupervisor
 
 from .conftest import STARTUP_TIMEOUT, Output, StartSignal, private_depot
-from .test_supervisor_julia import CELL_BOUND, INTERRUPT_BOUND, run, started_or_ended, stop_cell
+from .supervisors import CELL_BOUND, INTERRUPT_BOUND, run, started_or_ended, stop_cell
 
 pytestmark = pytest.mark.integration
 

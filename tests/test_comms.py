@@ -10,15 +10,13 @@ from typing import Any
 
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
-from jupyter_client.manager import KernelManager
 
-from .conftest import shared_kernel
+from .clients import INTERRUPT_TIMEOUT, REPLY_TIMEOUT, execute, result_of
+from .conftest import Kernel, shared_kernel
 from .test_jupyterlab import SLIDER_EXAMPLE
-from .test_kernel_client import INTERRUPT_TIMEOUT, REPLY_TIMEOUT, execute, result_of
 
 pytestmark = pytest.mark.e2e
 
-Kernel = tuple[KernelManager, BlockingKernelClient]
 
 # What a package does to accept the comms a frontend opens for its target (IJulia's
 # CommManager: a method of register_comm for Comm{:target}): an echo that sends back what it

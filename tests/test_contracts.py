@@ -24,6 +24,7 @@ a user's ``redirect_stdout`` round trip and after a restart.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -32,9 +33,10 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from jutul_jkernel.supervisor import ExecutionResult, JuliaSupervisor
+from jutul_jkernel.supervisor import JuliaSupervisor
 
-from .conftest import SHARED, STARTUP_TIMEOUT, Output, StartSignal, strip_ansi
+from . import supervisors
+from .conftest import STARTUP_TIMEOUT, Output, StartSignal, strip_ansi
 
 pytestmark = pytest.mark.integration
 
@@ -47,6 +49,7 @@ PRELOADS = (
 )
 # Compiling a fresh package starts a second Julia: seconds on a loaded 2-core machine.
 CELL_BOUND = 120.0
+run = functools.partial(supervisors.run, bound=CELL_BOUND)
 
 # Every module the type of `stdout`, `stderr` and the global logger's stream is made of, with
 # the `IOContext` unwrapped. A type of ours anywhere there is what Base's loading world cannot
@@ -63,10 +66,6 @@ let mods(io) = io isa IOContext ? [string(parentmodule(typeof(io))); mods(io.io)
 end
 """
 BASE_MODULES = {"Base", "Core", "Logging"}
-
-
-async def run(julia: JuliaSupervisor, code: str, out: Output | None = None) -> ExecutionResult:
-    return await asyncio.wait_for(julia.execute(code, out), CELL_BOUND)
 
 
 async def stdio_modules(julia: JuliaSupervisor) -> dict[str, list[str]]:
@@ -100,14 +99,8 @@ async def newer_julia() -> AsyncIterator[JuliaSupervisor]:
     """Julia 1.5.3 with every contract in tests/contracts/ preloaded."""
     # --color=yes as the kernelspec passes it: with a colour flag, 1.6+ wraps stderr (above).
     args = ["--color=yes", *(a for name in PRELOADS for a in ("-L", str(CONTRACTS / name)))]
-    sup = JuliaSupervisor(julia_args=args, startup_timeout=STARTUP_TIMEOUT)
-    await sup.start()
-    SHARED.append(sup)
-    try:
+    async with supervisors.shared_supervisor(*args) as sup:
         yield sup
-    finally:
-        await sup.shutdown()
-        SHARED.remove(sup)
 
 
 @pytest.mark.asyncio(loop_scope="module")

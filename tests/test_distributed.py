@@ -22,9 +22,15 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from .conftest import SHARED_KERNEL_PIDS, START_TIMEOUT, StartSignal, start_kernel, stop_kernel
-from .test_faults import julia_of
-from .test_kernel_client import collect, drain, execute, result_of, text_of
+from .clients import collect, drain, execute, result_of, text_of
+from .conftest import (
+    SHARED_KERNEL_PIDS,
+    START_TIMEOUT,
+    StartSignal,
+    julia_of,
+    start_kernel,
+    stop_kernel,
+)
 
 pytestmark = pytest.mark.e2e
 

@@ -25,11 +25,10 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from .conftest import SHARED_KERNEL_PIDS, START_TIMEOUT, start_kernel, stop_kernel
+from .clients import collect, drain, execute, result_of, text_of
+from .conftest import SHARED_KERNEL_PIDS, START_TIMEOUT, julia_of, start_kernel, stop_kernel
 from .ssh_fixture import SshServer
 from .test_distributed import assert_everywhere_prints, sigint_a_running_cell
-from .test_faults import julia_of
-from .test_kernel_client import collect, drain, execute, result_of, text_of
 
 pytestmark = pytest.mark.e2e
 

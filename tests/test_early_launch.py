@@ -19,8 +19,8 @@ from jupyter_client.manager import KernelManager
 
 from jutul_jkernel.supervisor import JuliaSupervisor
 
+from .clients import execute, result_of
 from .conftest import STARTUP_TIMEOUT, julia_descendants
-from .test_kernel_client import execute, result_of
 
 pytestmark = pytest.mark.integration
 

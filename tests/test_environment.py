@@ -18,32 +18,19 @@ import pytest
 import pytest_asyncio
 
 from jutul_jkernel.julia_process import split_startup_file_flag
-from jutul_jkernel.results import ExecutionResult
 from jutul_jkernel.supervisor import JuliaSupervisor
 
-from .conftest import ANSI, SHARED, STARTUP_TIMEOUT, Output
+from .conftest import ANSI, STARTUP_TIMEOUT, Output
+from .supervisors import CELL_BOUND, INTERRUPT_BOUND, run, shared_supervisor
 
 pytestmark = pytest.mark.integration
-
-CELL_BOUND = 30.0
-INTERRUPT_BOUND = 15.0
-
-
-async def run(julia: JuliaSupervisor, code: str, out: Output | None = None) -> ExecutionResult:
-    return await asyncio.wait_for(julia.execute(code, out), CELL_BOUND)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def coloured() -> AsyncIterator[JuliaSupervisor]:
     """One Julia started with --color=yes, as the default kernelspec starts it."""
-    sup = JuliaSupervisor(julia_args=["--color=yes"], startup_timeout=STARTUP_TIMEOUT)
-    await sup.start()
-    SHARED.append(sup)
-    try:
+    async with shared_supervisor("--color=yes") as sup:
         yield sup
-    finally:
-        await sup.shutdown()
-        SHARED.remove(sup)
 
 
 # ---- colour (issue 9, point 6) ----

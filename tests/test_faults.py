@@ -6,7 +6,6 @@ import contextlib
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import psutil
@@ -16,30 +15,10 @@ from jupyter_client.manager import KernelManager
 
 from jutul_jkernel.supervisor import JuliaStartupError, JuliaSupervisor
 
-from .conftest import StartSignal, install_spec, julia_descendants
-from .test_kernel_client import (
-    collect,
-    execute,
-    reply_to,
-    result_of,
-    stop_kernel,
-    text_of,
-)
+from .clients import collect, execute, reply_to, result_of, text_of
+from .conftest import StartSignal, install_spec, julia_descendants, julia_of, stop_kernel
 
 pytestmark = pytest.mark.e2e
-
-
-def julia_of(km: KernelManager) -> int:
-    """The pid of the Julia that the kernel runs now."""
-    pid = km.provisioner.pid if km.provisioner else None
-    assert pid is not None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        for p in julia_descendants():
-            if pid in {a.pid for a in p.parents()}:
-                return int(p.pid)
-        time.sleep(0.05)
-    raise AssertionError("the kernel runs no Julia")
 
 
 @pytest.fixture

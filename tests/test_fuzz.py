@@ -42,8 +42,8 @@ from jutul_jkernel.protocol import (
 )
 from jutul_jkernel.supervisor import JuliaDiedError, JuliaSupervisor
 
+from .clients import execute, result_of
 from .conftest import STARTUP_TIMEOUT, start_kernel, stop_kernel
-from .test_kernel_client import execute, result_of
 
 # A cell that wrote garbage must fail within this; the supervisor needs ~0.1 s to see the
 # garbage plus up to 2 s to reap Julia, so this leaves room for a loaded machine.

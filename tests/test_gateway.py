@@ -40,8 +40,8 @@ import websocket
 from jupyter_client.blocking.client import BlockingKernelClient
 
 from . import conftest
+from .clients import collect, result_of
 from .conftest import install_spec
-from .test_kernel_client import collect, result_of
 from .test_notebooks import GOLDEN, code_cells, normalise
 from .test_xvfb import wait_gone
 

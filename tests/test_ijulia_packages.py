@@ -21,7 +21,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +35,9 @@ from jutul_jkernel.results import ExecutionResult
 from jutul_jkernel.sink import Display, OutputSink
 from jutul_jkernel.supervisor import JuliaSupervisor
 
-from .conftest import SHARED, STARTUP_TIMEOUT, Output, shared_kernel
-from .test_kernel_client import execute
+from .clients import execute
+from .conftest import STARTUP_TIMEOUT, Output
+from .supervisors import shared_supervisor
 
 pytestmark = pytest.mark.integration
 
@@ -70,14 +71,8 @@ async def ok(julia: JuliaSupervisor, code: str, cell: int, **kw: Any) -> str:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def julia() -> AsyncIterator[JuliaSupervisor]:
     """One kernel's Julia for the stand-ins, started as the kernel starts it."""
-    sup = JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT)
-    await sup.start()
-    SHARED.append(sup)
-    try:
+    async with shared_supervisor() as sup:
         yield sup
-    finally:
-        await sup.shutdown()
-        SHARED.remove(sup)
 
 
 module_loop = pytest.mark.asyncio(loop_scope="module")
@@ -604,12 +599,6 @@ async def test_ijulia_internals_are_harmless(julia: JuliaSupervisor) -> None:
 
 
 # ---- what Jupyter receives ----
-
-
-@pytest.fixture(scope="module")
-def kernel(kernel_env: dict[str, str]) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
-    with shared_kernel() as k:
-        yield k
 
 
 def test_registered_json_types_reach_jupyter_as_json(

@@ -12,17 +12,14 @@ import asyncio
 import contextlib
 import queue
 import time
-from collections.abc import Iterator
 
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
-from jupyter_client.manager import KernelManager
 
 from jutul_jkernel.sink import OutputSink
 from jutul_jkernel.supervisor import JuliaSupervisor
 
-from .conftest import STARTUP_TIMEOUT, StartSignal, shared_kernel
-from .test_kernel_client import (
+from .clients import (
     INTERRUPT_TIMEOUT,
     REPLY_TIMEOUT,
     collect,
@@ -31,6 +28,7 @@ from .test_kernel_client import (
     text_of,
     wait_until_warm,
 )
+from .conftest import STARTUP_TIMEOUT, Kernel, StartSignal
 
 FLOOD = 'while true; println("tick tock " ^ 8); end'
 # The first heavy print of a session switches Julia to buffered writes, where println is Base's,
@@ -107,14 +105,6 @@ async def test_an_interrupt_while_the_cell_starts_is_not_lost() -> None:
 
 
 # ---- through jupyter_client ----
-
-Kernel = tuple[KernelManager, BlockingKernelClient]
-
-
-@pytest.fixture(scope="module")
-def kernel(kernel_env: dict[str, str]) -> Iterator[Kernel]:
-    with shared_kernel() as k:
-        yield k
 
 
 @pytest.mark.e2e

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import time
 from collections.abc import Iterator
@@ -15,9 +14,21 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
+from .clients import (
+    INTERRUPT_TIMEOUT,
+    REPLY_TIMEOUT,
+    collect,
+    drain,
+    execute,
+    reply_to,
+    result_of,
+    text_of,
+    wait_until_warm,
+)
 from .conftest import (
     KERNEL_NAME,
     START_TIMEOUT,
+    Kernel,
     StartSignal,
     julia_descendants,
     shared_kernel,
@@ -27,101 +38,12 @@ from .conftest import (
 pytestmark = pytest.mark.e2e
 
 
-REPLY_TIMEOUT = 30.0
-# Per-cell bound for the interrupt cases: the escalation's own worst case is ~6 s.
-INTERRUPT_TIMEOUT = 20.0
-
-
 @pytest.fixture(scope="module")
-def shared(kernel_env: dict[str, str]) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+def shared(kernel_env: dict[str, str]) -> Iterator[Kernel]:
     """One kernel for the tests that do not end it, warmed up as an interactive one is."""
     with shared_kernel() as kernel:
         wait_until_warm(kernel[1])
         yield kernel
-
-
-# server.jl compiles its error-report path (and more) in small steps whenever Julia has been
-# idle for 0.2 s; a user typing gives it that time. Until then the first interrupt of a cell
-# that computes takes seconds to report, and the escalation mistakes it for a cell that ignored
-# its SIGINT (seen here: forced, even restarted, on a loaded machine).
-WARM_UP_BOUND = 120.0
-WARM_UP_POLL = 0.5  # idle time between polls: the warm-up only advances while Julia is idle
-
-
-def wait_until_warm(kc: BlockingKernelClient) -> None:
-    deadline = time.monotonic() + WARM_UP_BOUND
-    while result_of(execute(kc, "JKernel.WARMING[]")[1]) != "false":
-        assert time.monotonic() < deadline, "Julia did not finish its warm-up"
-        time.sleep(WARM_UP_POLL)
-
-
-def drain(kc: BlockingKernelClient) -> None:
-    while True:
-        try:
-            kc.get_iopub_msg(timeout=0.2)
-        except queue.Empty:
-            return
-
-
-def reply_to(
-    kc: BlockingKernelClient, msg_id: str, timeout: float = REPLY_TIMEOUT
-) -> dict[str, Any]:
-    """The next shell reply, which must answer ``msg_id``.
-
-    Tests read replies in the order they sent requests, as the kernel answers them, so a reply
-    to anything else is a second reply to a request already answered (or one out of order):
-    a failure, never skipped. The one exception: ``wait_for_ready`` sends a kernel_info_request
-    a second while the kernel starts and reads one reply; the others may still be queued.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        msg = kc.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
-        parent = msg["parent_header"].get("msg_id")
-        if parent == msg_id:
-            return msg
-        if msg["msg_type"] == "kernel_info_reply":
-            continue
-        pytest.fail(f"a {msg['msg_type']} to {parent} arrived while waiting for {msg_id}")
-
-
-def collect(
-    kc: BlockingKernelClient, msg_id: str, timeout: float = REPLY_TIMEOUT
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The reply to ``msg_id`` (see reply_to) and every IOPub message it caused, up to its
-    idle status."""
-    deadline = time.monotonic() + timeout
-    reply = reply_to(kc, msg_id, timeout)
-    outputs = []
-    while True:
-        msg = kc.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            break
-        if msg["msg_type"] not in ("status", "execute_input"):
-            outputs.append(msg)
-    return reply, outputs
-
-
-def execute(
-    kc: BlockingKernelClient, code: str, timeout: float = REPLY_TIMEOUT, **kwargs: Any
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    return collect(kc, kc.execute(code, **kwargs), timeout)
-
-
-def text_of(outputs: list[dict[str, Any]], name: str = "stdout") -> str:
-    return "".join(
-        m["content"]["text"]
-        for m in outputs
-        if m["msg_type"] == "stream" and m["content"]["name"] == name
-    )
-
-
-def result_of(outputs: list[dict[str, Any]]) -> str | None:
-    for m in outputs:
-        if m["msg_type"] == "execute_result":
-            return str(m["content"]["data"]["text/plain"])
-    return None
 
 
 # ---- interrupts through jupyter_client ----

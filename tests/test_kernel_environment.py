@@ -26,8 +26,7 @@ from jupyter_client.manager import KernelManager
 
 from jutul_jkernel.julia_process import default_threads
 
-from .conftest import ANSI, SHARED_KERNEL_PIDS, START_TIMEOUT, install_spec, stop_kernel
-from .test_kernel_client import (
+from .clients import (
     REPLY_TIMEOUT,
     collect,
     execute,
@@ -35,6 +34,7 @@ from .test_kernel_client import (
     text_of,
     wait_until_warm,
 )
+from .conftest import ANSI, SHARED_KERNEL_PIDS, START_TIMEOUT, install_spec, stop_kernel
 
 pytestmark = pytest.mark.e2e
 

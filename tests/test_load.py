@@ -11,7 +11,6 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -19,30 +18,15 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from .test_kernel_client import (
-    collect,
-    drain,
-    execute,
-    reply_to,
-    result_of,
-    shared_kernel,
-    text_of,
-    wait_until_warm,
-)
+from .clients import collect, drain, execute, reply_to, result_of, text_of, wait_until_warm
 
+# The storm, the soak and the volume share one kernel: conftest's module-scoped ``kernel``.
 pytestmark = pytest.mark.e2e
 
 STORM_INTERRUPTS = int(os.environ.get("JKERNEL_STORM_INTERRUPTS", "200"))
 SOAK_CELLS = int(os.environ.get("JKERNEL_SOAK_CELLS", "20000"))
 # Each storm cell runs ~0.4 s unless interrupted; an interrupt of any of them needs < 1 s.
 STORM_REPLY_TIMEOUT = 20.0
-
-
-@pytest.fixture(scope="module")
-def kernel(kernel_env: dict[str, str]) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
-    """One kernel for the whole module (the storm, the soak and the volume share it)."""
-    with shared_kernel() as shared:
-        yield shared
 
 
 def kernel_rss(km: KernelManager) -> int:

@@ -15,14 +15,12 @@ from typing import Any
 
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
-from jupyter_client.manager import KernelManager
 
-from .conftest import shared_kernel, strip_ansi
-from .test_kernel_client import execute, text_of
+from .clients import execute, text_of
+from .conftest import Kernel, shared_kernel, strip_ansi
 
 pytestmark = pytest.mark.e2e
 
-Kernel = tuple[KernelManager, BlockingKernelClient]
 
 # DataFrames 1.8.2, src/abstractdataframe/io.jl, `_show(io, ::MIME"text/html", df)`: with
 # `get(io, :limit, false)` it prints DATAFRAMES_ROWS rows (default 25), otherwise every row.

@@ -10,25 +10,15 @@ the test answers them with ``input_reply`` as a frontend does, and reads the res
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
-from jupyter_client.manager import KernelManager
 
-from .conftest import shared_kernel
-from .test_kernel_client import REPLY_TIMEOUT, collect, drain, execute, result_of, text_of
+from .clients import REPLY_TIMEOUT, collect, drain, execute, result_of, text_of
+from .conftest import Kernel
 
 pytestmark = pytest.mark.e2e
-
-Kernel = tuple[KernelManager, BlockingKernelClient]
-
-
-@pytest.fixture(scope="module")
-def kernel(kernel_env: dict[str, str]) -> Iterator[Kernel]:
-    with shared_kernel() as k:
-        yield k
 
 
 def answered(

@@ -19,18 +19,15 @@ from pathlib import Path
 import psutil
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
-from jupyter_client.manager import KernelManager
 
 from jutul_jkernel import _resources
 from jutul_jkernel.sink import Display, OutputSink
 from jutul_jkernel.supervisor import JuliaSupervisor
 
-from .conftest import STARTUP_TIMEOUT, shared_kernel
-from .test_kernel_client import REPLY_TIMEOUT, collect, execute, result_of, text_of
+from .clients import REPLY_TIMEOUT, collect, execute, result_of, text_of
+from .conftest import STARTUP_TIMEOUT, Kernel, shared_kernel
 
 pytestmark = pytest.mark.e2e
-
-Kernel = tuple[KernelManager, BlockingKernelClient]
 
 EMPTY_REGISTRY = """name = "Local"
 uuid = "7e9b3c2a-1d4f-4b8e-9c6a-5f2e8d1b0a37"

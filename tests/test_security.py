@@ -32,6 +32,7 @@ from jupyter_client.session import Session
 
 from jutul_jkernel.supervisor import JuliaStartupError, JuliaSupervisor
 
+from .clients import REPLY_TIMEOUT, execute, result_of
 from .conftest import (
     KERNEL_NAME,
     START_TIMEOUT,
@@ -40,7 +41,6 @@ from .conftest import (
     start_kernel,
     stop_kernel,
 )
-from .test_kernel_client import REPLY_TIMEOUT, execute, result_of
 
 CELL_BOUND = 30.0
 # A message that must get no reply: how long we listen before calling it ignored.

@@ -25,35 +25,18 @@ from jutul_jkernel.results import ExecutionResult
 from jutul_jkernel.sink import Display, OutputSink
 from jutul_jkernel.supervisor import JuliaSupervisor
 
-from .conftest import SHARED, STARTUP_TIMEOUT, Output, StartSignal, julia_descendants
+from .conftest import STARTUP_TIMEOUT, Output, StartSignal, julia_descendants
+from .supervisors import (
+    CELL_BOUND,
+    INTERRUPT_BOUND,
+    run,
+    shared_supervisor,
+    started_or_ended,
+    stop_cell,
+    wait_until_warm,
+)
 
 pytestmark = pytest.mark.integration
-
-# Bounds for the interrupt cases: each must end well within the escalation's own budget
-# (INT 0.05 s + SIGINT 2 s + burst 0.25 s + 3 s + restart).
-INTERRUPT_BOUND = 15.0
-CELL_BOUND = 30.0
-
-
-async def run(
-    julia: JuliaSupervisor, code: str, out: Output | OutputSink | None = None
-) -> ExecutionResult:
-    return await asyncio.wait_for(julia.execute(code, out), CELL_BOUND)
-
-
-async def started_or_ended(task: asyncio.Task[ExecutionResult], started: StartSignal) -> None:
-    """Wait for the cell's start signal; fail at once, with its result, if it ends first."""
-    signal_task = asyncio.create_task(started.wait_async(CELL_BOUND))
-    try:
-        await asyncio.wait({signal_task, task}, return_when=asyncio.FIRST_COMPLETED)
-        if not signal_task.done():
-            result = task.result() if not task.exception() else task.exception()
-            pytest.fail(f"the cell ended before its start signal: {result!r}")
-        signal_task.result()
-    except BaseException:
-        task.cancel()
-        signal_task.cancel()
-        raise
 
 
 async def main_thread_in_kernel(pid: int, wchan: str, task: asyncio.Task[ExecutionResult]) -> None:
@@ -65,17 +48,6 @@ async def main_thread_in_kernel(pid: int, wchan: str, task: asyncio.Task[Executi
         assert not task.done(), f"the cell ended before it blocked: {task.result()!r}"
         assert time.monotonic() < deadline, f"Julia's main thread never reached {wchan}"
         await asyncio.sleep(0.005)
-
-
-async def stop_cell(julia: JuliaSupervisor, task: asyncio.Task[ExecutionResult]) -> None:
-    """After a test that may have failed: a cell still running is stopped by the supervisor
-    (which restarts Julia at worst), so that the next test in a shared session does not fail
-    behind it."""
-    if not task.done():
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(julia.interrupt(), INTERRUPT_BOUND)
-            await asyncio.wait_for(asyncio.shield(task), INTERRUPT_BOUND)
-    task.cancel()
 
 
 async def interrupt_when_started(
@@ -438,28 +410,10 @@ STUBBORN = (
 # sees; test_first_interrupt_in_a_fresh_session covers the cold case. Cold, the first report of
 # an interrupted computing cell takes seconds on a loaded machine, and the escalation mistakes
 # it for a cell that ignored its SIGINT.
-WARM_UP_BOUND = 120.0
-WARM_UP_POLL = 0.5  # idle time between polls: the warm-up only advances while Julia is idle
-
-
-async def wait_until_warm(sup: JuliaSupervisor) -> None:
-    deadline = time.monotonic() + WARM_UP_BOUND
-    while (await run(sup, "JKernel.WARMING[]")).text != "false":
-        assert time.monotonic() < deadline, "Julia did not finish its warm-up"
-        await asyncio.sleep(WARM_UP_POLL)
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def warm_julia() -> AsyncIterator[JuliaSupervisor]:
-    sup = JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT)
-    await sup.start()
-    SHARED.append(sup)
-    try:
-        await wait_until_warm(sup)
+    async with shared_supervisor(warm=True) as sup:
         yield sup
-    finally:
-        await sup.shutdown()
-        SHARED.remove(sup)
 
 
 # A cell that yields takes the INT frame; the SIGINT follows only after _INT_ACK_WAIT (20 ms)

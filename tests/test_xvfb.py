@@ -24,8 +24,8 @@ from jupyter_client.manager import KernelManager
 
 from jutul_jkernel.xvfb import Xvfb, XvfbError
 
+from .clients import execute, result_of, text_of
 from .conftest import install_spec, julia_descendants, start_kernel, stop_kernel
-from .test_kernel_client import execute, result_of, text_of
 
 pytestmark = pytest.mark.e2e
 
