@@ -59,15 +59,7 @@ def check_julia(julia: str, julia_args: Sequence[str] = ()) -> str:
             f"its stderr ended with:\n{_tail(stderr)}"
         )
         raise JuliaCheckError(msg) from None
-    version = done.stdout.strip()
-    if done.returncode != 0 or not version:
-        msg = (
-            f"{shlex.join(command)} {describe_exit(done.returncode)}"
-            f"{'' if done.returncode else ' without printing a version'}; "
-            f"its stderr ended with:\n{_tail(done.stderr)}"
-        )
-        raise JuliaCheckError(msg)
-    return version
+    return _version_printed(command, done)
 
 
 def check_channel(launcher: str, channel: str) -> str:
@@ -85,6 +77,11 @@ def check_channel(launcher: str, channel: str) -> str:
     except subprocess.TimeoutExpired:
         msg = f"{shlex.join(command)} did not finish within {_CHECK_TIMEOUT:.0f} s"
         raise JuliaCheckError(msg) from None
+    return _version_printed(command, done)
+
+
+def _version_printed(command: list[str], done: subprocess.CompletedProcess[str]) -> str:
+    """What ``command`` printed as its version; JuliaCheckError if it failed or printed none."""
     version = done.stdout.strip()
     if done.returncode != 0 or not version:
         msg = (
