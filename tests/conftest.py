@@ -93,8 +93,12 @@ def _leftovers(*, ignore_shared: bool) -> list[psutil.Process]:
 
 
 def _describe(p: psutil.Process) -> str:
+    """Its pid, parent and command line, whose end says what it is (a Julia's first words are
+    the same for a kernel, a compile and a worker)."""
     try:
-        return f"{p.pid} ({' '.join(p.cmdline()[:4])})"
+        cmd = p.cmdline()
+        shown = cmd if len(cmd) <= 8 else [*cmd[:2], "...", *cmd[-5:]]
+        return f"{p.pid} (parent {p.ppid()}: {' '.join(shown)})"
     except psutil.Error:
         return str(p.pid)
 

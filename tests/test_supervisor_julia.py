@@ -187,6 +187,37 @@ async def test_large_and_binary_output_arrive_intact(
     assert lines[-1].strip() == b"50000"
 
 
+# A flood (write buffering goes on), then ~0.6 s of one short line a millisecond (quiet:
+# buffering goes off while the cell still prints), four times; each line yields, so the cell
+# prints while the flusher writes out what the buffer held.
+FLOOD_THEN_TRICKLE = """
+for round in 1:4
+    for i in 1:3000; println("flood ", round, " ", i); end
+    t0 = time(); n = 0
+    while time() - t0 < 0.6
+        t = time(); while time() - t < 0.001; end
+        n += 1; println("trickle ", round, " ", n); yield()
+    end
+    println("printed ", n)
+end
+"""
+
+
+async def test_no_line_is_lost_when_write_buffering_goes_off(
+    julia: JuliaSupervisor, output: Output
+) -> None:
+    """Every line of a cell whose printing slows from a flood to a trickle arrives: the switch
+    from buffered to direct writes drops nothing that was printed while it wrote out the
+    buffer (it lost one line per switch)."""
+    r = await run(julia, FLOOD_THEN_TRICKLE, output)
+    assert r.status == "ok", r
+    lines = output.text().splitlines()
+    printed = sum(int(line.split()[1]) for line in lines if line.startswith("printed "))
+    trickled = [line for line in lines if line.startswith("trickle ")]
+    assert len(trickled) == printed, (len(trickled), printed)
+    assert sum(line.startswith("flood ") for line in lines) == 4 * 3000
+
+
 # 200,000 lines from C, several times what a pipe holds, in one call into C per line and no
 # yield to Julia's scheduler in between.
 C_FLOOD = 'for i in 1:200_000; ccall(:puts, Cint, (Cstring,), "c flood line, c flood line"); end'

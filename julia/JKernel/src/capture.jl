@@ -171,10 +171,15 @@ function set_buffering!(on::Bool)
             if on
                 Base.buffer_writes(w, STDOUT_BUFFER)
             else
-                flush(w)
+                # Unhook the buffer before writing out what it holds: the write waits, and a
+                # task printing meanwhile would append to a buffer that is then dropped (one
+                # line lost per flood that ended while a cell still printed). Nothing yields
+                # between the two, so what the buffer held is queued before any later write.
                 Base.iolock_begin()
+                held = w.sendbuf
                 w.sendbuf = nothing
                 Base.iolock_end()
+                held !== nothing && bytesavailable(held) > 0 && write(w, take!(held))
             end
         end
     end
