@@ -218,6 +218,21 @@ async def test_no_line_is_lost_when_write_buffering_goes_off(
     assert sum(line.startswith("flood ") for line in lines) == 4 * 3000
 
 
+FLOOD_PAIRS = 12
+
+
+async def test_a_cell_after_a_flood_starts_with_direct_writes(julia: JuliaSupervisor) -> None:
+    """Write buffering follows the running cell's own rate: a cell that starts right after a
+    flood does not inherit buffered writes from bytes the flood printed (its lines would wait
+    for the next flush instead of showing as printed)."""
+    inherited = 0
+    for _ in range(FLOOD_PAIRS):
+        assert (await run(julia, 'for i in 1:3000; println("flood ", i); end')).status == "ok"
+        # three flusher ticks: enough to buffer on an inherited count, too few to switch back
+        inherited += (await run(julia, "sleep(0.15); JKernel.BUFFERED[]")).text == "true"
+    assert inherited == 0, f"{inherited} of {FLOOD_PAIRS} cells started buffered"
+
+
 # 200,000 lines from C, several times what a pipe holds, in one call into C per line and no
 # yield to Julia's scheduler in between.
 C_FLOOD = 'for i in 1:200_000; ccall(:puts, Cint, (Cstring,), "c flood line, c flood line"); end'

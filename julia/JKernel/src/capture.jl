@@ -134,7 +134,8 @@ finished task can kill Julia 1.5; this task catches and forwards it.)
 function flusher_loop()
     guarded("flusher") do
         while true
-            running = CURRENT[] != 0
+            cell = CURRENT[]
+            running = cell != 0
             before = WRITTEN[]
             gen = IDLE_GENERATION[]
             sleep(running ? FLUSH_INTERVAL : IDLE_BEFORE_WARM_UP)
@@ -146,6 +147,9 @@ function flusher_loop()
                 continue
             end
             flush_all()
+            # Bytes counted across two cells are no rate: a flood that ended the last cell would
+            # turn buffering on for the next one, which prints (say) one line at a time.
+            CURRENT[] == cell || continue
             rate = WRITTEN[] - before
             if !BUFFERED[] && rate >= BUFFER_ON_BYTES
                 set_buffering!(true)
