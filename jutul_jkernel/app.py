@@ -29,8 +29,10 @@ class JuliaKernelApp(IPKernelApp):  # type: ignore[misc]
     After a shutdown_request, ipykernel 7.4's close() joins the control thread with no timeout.
     In 3 of 25 shutdowns of a kernel whose Julia was spinning, at load 2, that thread was still
     publishing the request's ``idle`` status: py-spy showed it blocked in the zmq send of
-    ``IOPubThread.schedule``, and the IOPub thread already gone (why it ended first is not
-    known). The kernel process then never exited, and jupyter_client had to kill it. The control
+    ``IOPubThread.schedule``, and the IOPub thread already gone: ``atexit`` runs hooks last in,
+    first out, and ipykernel registers the IOPub thread's stop (iostream.py ``IOPubThread.start``)
+    after the app's close (kernelapp.py ``init_sockets``). The kernel process then never exited,
+    and jupyter_client had to kill it. The control
     thread is a daemon thread: once the wait is over, it no longer holds the process.
     """
 
