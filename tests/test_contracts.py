@@ -51,16 +51,17 @@ PRELOADS = (
 CELL_BOUND = 120.0
 run = functools.partial(supervisors.run, bound=CELL_BOUND)
 
-# Every module the type of `stdout`, `stderr` and the global logger's stream is made of, with
-# the `IOContext` unwrapped. A type of ours anywhere there is what Base's loading world cannot
-# call. Prints one JSON line, so the test reads it whatever else the cell printed.
+# Every top-level module the type of `stdout`, `stderr` and the global logger's stream is made
+# of, with the `IOContext` unwrapped. A type of ours anywhere there is what Base's loading world
+# cannot call. Top-level: 1.12 moved `ConsoleLogger` into Base, as `Base.CoreLogging`'s (it was
+# Logging's). Prints one JSON line, so the test reads it whatever else the cell printed.
 STDIO_MODULES = r"""
-let mods(io) = io isa IOContext ? [string(parentmodule(typeof(io))); mods(io.io)] :
-                                  [string(parentmodule(typeof(io)))]
+let top(x) = string(Base.moduleroot(parentmodule(typeof(x))))
+    mods(io) = io isa IOContext ? [top(io); mods(io.io)] : [top(io)]
     logger = Base.CoreLogging.global_logger()
     stream = isdefined(logger, :stream) ? getfield(logger, :stream) : nothing
     found = Dict("stdout" => mods(stdout), "stderr" => mods(stderr),
-                 "logger" => [string(parentmodule(typeof(logger)))],
+                 "logger" => [top(logger)],
                  "logger stream" => stream === nothing ? String[] : mods(stream))
     JKernel.json(found) |> String
 end
