@@ -172,11 +172,14 @@ def a_registry_without_network(tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 def private_depot(path: Path) -> str:
-    """A JULIA_DEPOT_PATH with ``path`` first, where compiled caches and Pkg's files go. The
-    session's depots stay behind it: the empty registry's, and where the session has one, the
-    empty entry that stands for Julia's own depots on 1.10+ (its stdlibs' caches are there)."""
-    rest = os.environ.get("JULIA_DEPOT_PATH")
-    return str(path) if rest is None else f"{path}{os.pathsep}{rest}"
+    """A JULIA_DEPOT_PATH with ``path`` first, where compiled caches and Pkg's files go, and
+    Julia's own depots behind it: the session's JULIA_DEPOT_PATH if it set one (with the empty
+    registry's depot), else the empty entry that stands for Julia's default depots
+    (base/initdefs.jl `init_depot_path`, 1.5.3 to master). ``path`` alone would drop the bundled
+    depot, where 1.10+ keeps its stdlibs' caches: Pkg and REPL then compile anew (minutes on
+    1.12, past every cell's bound)."""
+    rest = os.environ.get("JULIA_DEPOT_PATH", "")
+    return f"{path}{os.pathsep}{rest}"
 
 
 KERNEL_NAME = "julia-supervised-client-test"

@@ -20,7 +20,7 @@ import pytest_asyncio
 from jutul_jkernel.julia_process import split_startup_file_flag
 from jutul_jkernel.supervisor import JuliaSupervisor
 
-from .conftest import ANSI, STARTUP_TIMEOUT, Output
+from .conftest import ANSI, STARTUP_TIMEOUT, Output, private_depot
 from .supervisors import CELL_BOUND, INTERRUPT_BOUND, run, shared_supervisor
 
 pytestmark = pytest.mark.integration
@@ -104,7 +104,7 @@ async def with_startup_file(
     (depot / "config" / "startup.jl").write_text(body)
     sup = JuliaSupervisor(
         julia_args=list(julia_args),
-        env={"JULIA_DEPOT_PATH": str(depot)},
+        env={"JULIA_DEPOT_PATH": private_depot(depot)},
         startup_timeout=STARTUP_TIMEOUT,
     )
     try:

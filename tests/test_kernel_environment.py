@@ -34,7 +34,14 @@ from .clients import (
     text_of,
     wait_until_warm,
 )
-from .conftest import ANSI, SHARED_KERNEL_PIDS, START_TIMEOUT, install_spec, stop_kernel
+from .conftest import (
+    ANSI,
+    SHARED_KERNEL_PIDS,
+    START_TIMEOUT,
+    install_spec,
+    private_depot,
+    stop_kernel,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -104,7 +111,7 @@ class Session:
 @contextlib.contextmanager
 def notebook_session(spec: str, layout: Layout) -> Iterator[Session]:
     """A kernel of ``spec`` in the notebook folder, with the test depot, its first cell run."""
-    with kernel(spec, layout.notebooks, {"JULIA_DEPOT_PATH": str(layout.depot)}) as (_, kc):
+    with kernel(spec, layout.notebooks, {"JULIA_DEPOT_PATH": private_depot(layout.depot)}) as (_, kc):
         reply, outputs = execute(kc, "first_cell = 1 + 1")
         yield Session(kc, reply, outputs)
 
@@ -178,7 +185,7 @@ def test_without_a_project_the_default_environment_is_active(
     assert not [p for p in tmp_path.parents if (p / "Project.toml").exists()], (
         "a Project.toml above the test's temporary directory would be the notebook's project"
     )
-    with kernel(DEFAULT_SPEC, tmp_path, {"JULIA_DEPOT_PATH": str(layout.depot)}) as (_, kc):
+    with kernel(DEFAULT_SPEC, tmp_path, {"JULIA_DEPOT_PATH": private_depot(layout.depot)}) as (_, kc):
         active = value(kc, "Base.active_project()")
         default = value(
             kc,

@@ -25,7 +25,7 @@ from jutul_jkernel.sink import Display, OutputSink
 from jutul_jkernel.supervisor import JuliaSupervisor
 
 from .clients import REPLY_TIMEOUT, collect, execute, result_of, text_of
-from .conftest import STARTUP_TIMEOUT, Kernel, shared_kernel
+from .conftest import STARTUP_TIMEOUT, Kernel, private_depot, shared_kernel
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +49,7 @@ def depot(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def kernel(kernel_env: dict[str, str], depot: Path) -> Iterator[Kernel]:
     old = os.environ.get("JULIA_DEPOT_PATH")
-    os.environ["JULIA_DEPOT_PATH"] = str(depot)
+    os.environ["JULIA_DEPOT_PATH"] = private_depot(depot)
     try:
         with shared_kernel() as k:
             yield k
@@ -370,7 +370,14 @@ def test_a_user_include_method_stays_the_users(kernel: Kernel) -> None:
     """Only an `include` that takes a path gets the kernel's mapping; a user's own method of
     `include` (defined or passed in) is called as written."""
     _, kc = kernel
-    own = "module OwnInclude\ninclude(n::Int) = n + 1\nconst got = include(41)\nend"
+    # A baremodule with the two-argument method every module had before 1.12 (`include(mapexpr,
+    # path)`, which a rewrite would call): from 1.12 a module's own `include` is a constant
+    # (`Base.IncludeInto`), and Julia refuses a method of that name ("cannot define function
+    # include").
+    own = (
+        "baremodule OwnInclude\nusing Base\ninclude(n::Int) = n + 1\n"
+        "include(mapexpr::Function, n::Int) = mapexpr(n)\nconst got = include(41)\nend"
+    )
     assert ok(kc, f"{own}; OwnInclude.got")[0] == "42"
     assert ok(kc, "apply_include(include) = include(2); apply_include(x -> 10x)")[0] == "20"
 

@@ -25,7 +25,7 @@ from jutul_jkernel.results import ExecutionResult
 from jutul_jkernel.sink import Display, OutputSink
 from jutul_jkernel.supervisor import JuliaSupervisor
 
-from .conftest import STARTUP_TIMEOUT, Output, StartSignal, julia_descendants
+from .conftest import STARTUP_TIMEOUT, Output, StartSignal, julia_descendants, private_depot
 from .supervisors import (
     CELL_BOUND,
     INTERRUPT_BOUND,
@@ -668,7 +668,7 @@ async def test_interrupt_while_julia_compiles_keeps_the_session(
     project.mkdir()
     sup = JuliaSupervisor(
         julia_args=[f"--project={project}"],
-        env={"JULIA_DEPOT_PATH": str(tmp_path / "depot")},  # Pkg's clones go there
+        env={"JULIA_DEPOT_PATH": private_depot(tmp_path / "depot")},  # Pkg's clones go there
         startup_timeout=STARTUP_TIMEOUT,
     )
     out = Output()
