@@ -208,13 +208,16 @@ async def test_pkgversion_of_ijulia_is_a_version_however_jkernel_loads(
 
 # A Julia whose loading internals changed under include_as_package: here the origin record
 # throws (what a changed signature of set_pkgorigin_version_path would do). Where Base has the
-# function (1.9+), this replaces its method (same signature, base/loading.jl release-1.10), and
-# Base's own require_lock stays; 1.5.3 has neither, and gets both.
+# function (1.9+), this replaces its method: `path::Union{String,Nothing}` on release-1.10,
+# `path::String` on release-1.12 (base/loading.jl), so both are defined; Base's own require_lock
+# stays. 1.5.3 has neither, and gets both.
 _BROKEN_ORIGINS = """
 isdefined(Base, :require_lock) || Core.eval(Base, :(require_lock = ReentrantLock()))
-Core.eval(Base, :(function set_pkgorigin_version_path(pkg::PkgId, path::Union{String,Nothing})
-    error("emulated: origins changed")
-end))
+for T in (Union{String,Nothing}, String)
+    Core.eval(Base, :(function set_pkgorigin_version_path(pkg::PkgId, path::$T)
+        error("emulated: origins changed")
+    end))
+end
 """
 
 
