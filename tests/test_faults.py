@@ -58,8 +58,9 @@ def assert_cells_fail_to_start(km: KernelManager, kc: BlockingKernelClient, *phr
     ("fault", "code", "expected"),
     [
         ("SIGKILL from outside", "{started}; sleep(1000)", "SIGKILL"),
-        # Julia's own report: "signal (11)" on 1.5, "signal (11.1)" (the si_code too) on 1.10
-        ("segfault", "unsafe_load(Ptr{Int}(0))", "signal (11"),
+        # Julia's own report: "signal (11): Segmentation fault" on 1.5, "signal (11.1): ..."
+        # (the si_code too) on 1.10, "signal 11 (1): ..." on 1.12
+        ("segfault", "unsafe_load(Ptr{Int}(0))", "): Segmentation fault"),
         ("abort in C", "ccall(:abort, Cvoid, ())", "SIGABRT"),
         ("exit", "exit(7)", "exited with status 7"),
         ("socket closed by Julia", "close(JKernel.SOCK[]); sleep(1000)", "closed its connection"),
