@@ -59,10 +59,18 @@ async def test_print_flood_stops_by_frame_and_keeps_state(before: str) -> None:
         nonlocal received
         received += len(data)
 
-    # What a busy IOPub thread looks like to the reader: slow enough that Julia's pipes are
-    # full when the interrupt comes, so there is output in flight to cut short.
+    # What a busy IOPub thread looks like to the reader: it pauses reading after each read.
+    # Once a megabyte arrived, the interrupt is asked for at the end of such a pause, while the
+    # reader still waits: the pipes have filled for 50 ms, so there is output in flight to cut
+    # short. (Asked for from outside at a random moment, it could come just after a read had
+    # emptied them, and nothing was in flight: 1 run in 20 or so under load.)
+    asked = asyncio.Event()
+
     async def slow_consumer() -> None:
         await asyncio.sleep(0.05)
+        if received >= 1_000_000 and not asked.is_set():
+            asked.set()
+            await julia.interrupt()
 
     async with JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT) as julia:
         await julia.execute("keep = 42")
@@ -70,11 +78,10 @@ async def test_print_flood_stops_by_frame_and_keeps_state(before: str) -> None:
         await julia.execute(PRINT_HEAVILY)
         for _ in range(3):
             received = 0
+            asked.clear()
             sink = OutputSink(on_output, backpressure=slow_consumer)
             task = asyncio.ensure_future(julia.execute(FLOOD, sink))
-            while received < 1_000_000:  # flooding for real, with a backlog behind it
-                await asyncio.sleep(0.01)
-            await julia.interrupt()
+            await asyncio.wait_for(asked.wait(), RESULT_TIMEOUT)  # flooding, with a backlog
             r = await asyncio.wait_for(task, RESULT_TIMEOUT)
             assert r.status == "interrupted", r
             assert r.state_kept
