@@ -153,6 +153,29 @@ def _split_params(inside: str) -> list[str]:
     return [*params, inside[start:]]
 
 
+# What Julia itself renders differently from one version to the next, the kernel passing it
+# on as it comes: emphasis in the terminal is underlined up to 1.11 and italic from 1.12
+# (stdlib Markdown, terminal render), a docstring's code block is tagged `julia` in its
+# Markdown from 1.12 and its indent moved out of the colour, and the REPL's help line "search:"
+# lists the names near the query, which depend on what Base defines.
+_JULIA_RENDERING = (
+    (re.compile(r"\x1b\[3m(.*?)\x1b\[23m", re.S), "\x1b[4m\\1\x1b[24m"),
+    (re.compile(r"^```julia$", re.M), "```"),
+    (re.compile(r"\x1b\[36m( +)"), "\\1\x1b[36m"),
+    (re.compile(r"^(search: \S+)[^\n]*$", re.M), "\\1 ..."),
+)
+
+
+def julia_rendering(text: Any) -> Any:
+    """``text`` with what one Julia renders unlike another written one way (see above); a
+    value that is no text (JSON) as it is."""
+    if not isinstance(text, str):
+        return text
+    for pattern, replacement in _JULIA_RENDERING:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 def _text(value: Any) -> Any:
     """A MIME value as one string (nbformat may keep a list of lines), ids made reproducible,
     Julia's type names as 1.6+ prints them."""
@@ -181,12 +204,15 @@ def normalise(outputs: list[NotebookNode]) -> list[dict[str, Any]]:
             else:
                 result.append({"output_type": "stream", "name": out["name"], "text": text})
         elif kind in ("display_data", "execute_result"):
-            data = {mime: _text(v) for mime, v in out["data"].items()}
+            data = {mime: julia_rendering(_text(v)) for mime, v in out["data"].items()}
             result.append({"output_type": kind, "data": data})
         elif kind == "error":
             result.append({"output_type": "error", "ename": out["ename"], "evalue": out["evalue"]})
         else:
             result.append({"output_type": kind})
+    for merged in result:  # a stream's whole text: a rendering may have come in pieces
+        if merged["output_type"] == "stream":
+            merged["text"] = julia_rendering(merged["text"])
     return result
 
 

@@ -1036,7 +1036,9 @@ async def test_abort_is_explained_with_julias_own_report(julia: JuliaSupervisor)
         await run(julia, "ccall(:abort, Cvoid, ())")
     message = str(info.value)
     assert "SIGABRT" in message
-    assert "signal (6" in message  # "signal (6)" on Julia 1.5, "signal (6.-6)" on 1.10
+    # Julia's own line: "signal (6): Aborted" on 1.5, "signal (6.-6): ..." on 1.10,
+    # "signal 6 (-6): ..." on 1.12
+    assert "): Aborted" in message
     assert str(info.value.log_path) in message
     assert info.value.log_path is not None and info.value.log_path.exists()
     assert (await run(julia, "2 + 2")).text == "4"
