@@ -38,15 +38,18 @@ COMPILE_BOUND = 300.0
 SOURCE_LINE = "loading JKernel from source: "
 
 
-def precompile(server: Path, depot: Path | None, *flags: str, **env: str) -> str:
+def precompile(
+    server: Path, depot: Path | None, *flags: str, preload: Path | None = None, **env: str
+) -> str:
     """Compile the package beside ``server`` into ``depot`` (None: the default depot, as
-    ``env`` places it), as the installer does, with ``flags`` after ``--precompile``; return
-    what it printed. It must succeed."""
+    ``env`` places it), as the installer does, with ``flags`` after ``--precompile`` and
+    ``preload`` (a contract) run first; return what it printed. It must succeed."""
     base = {k: v for k, v in os.environ.items() if k != "JUTUL_JKERNEL_DEPOT"}
     if depot is not None:
         base["JUTUL_JKERNEL_DEPOT"] = str(depot)
+    first = ["-L", str(preload)] if preload is not None else []
     done = subprocess.run(
-        ["julia", "--startup-file=no", str(server), "--precompile", *flags],
+        ["julia", "--startup-file=no", *first, str(server), "--precompile", *flags],
         env={**base, **env},
         capture_output=True,
         text=True,
@@ -139,7 +142,8 @@ async def test_a_fresh_cache_is_loaded_by_masters_isprecompiled(
 ) -> None:
     """Master's Base.isprecompiled(pkg; ignore_loaded) has no `sourcepath` keyword
     (tests/contracts/isprecompiled_master.jl emulates it): the fresh cache is still found
-    through LOAD_PATH and loaded, not rejected by a MethodError on every start."""
+    through LOAD_PATH and loaded, not rejected by a MethodError on every start, and
+    `server.jl --precompile` (the installer's, make setup's) finds it up to date."""
     server, depot = compiled
     monkeypatch.setattr(_resources, "server_script", lambda: server)
     contract = Path(__file__).parent / "contracts" / "isprecompiled_master.jl"
@@ -155,6 +159,7 @@ async def test_a_fresh_cache_is_loaded_by_masters_isprecompiled(
         assert SOURCE_LINE not in log_of(sup)
     finally:
         await sup.shutdown()
+    assert "is up to date" in precompile(server, depot, preload=contract)
 
 
 async def test_the_package_is_invisible_to_the_user(cached: JuliaSupervisor) -> None:

@@ -431,6 +431,25 @@ INTERRUPT_CASES: dict[str, tuple[str, set[str]]] = {
     ),
     "blocking ccall": ("{started}; ccall(:sleep, Cuint, (Cuint,), 1000)", {"sigint"}),
     "finished task then sleep": ("t = @async 1 + 1; {started}; sleep(1000)", {"frame"}),
+    # The SIGINT lands in the task that computes, not in the cell's, which rethrows it wrapped:
+    # still the interrupt, reported as such. fetch wraps it in a TaskFailedException; asyncmap
+    # (pmap's engine) in a CapturedException from 1.10 on (base/asyncmap.jl
+    # `start_worker_task!`: `retval = capture_exception(e, catch_backtrace())`; 1.5 kept `e`),
+    # which the third case writes out, so that every Julia shows it.
+    "computing in a fetched task": (
+        "t = @async ({started}; while true; global junk = [1, 2, 3]; end); fetch(t)",
+        {"sigint"},
+    ),
+    "computing in an asyncmap task": (
+        "asyncmap(i -> ({started}; while true; global junk = [1, 2, 3]; end), 1:1)",
+        {"sigint"},
+    ),
+    "computing in a task whose error is captured": (
+        "t = @async try; {started}; while true; global junk = [1, 2, 3]; end; "
+        "catch e; CapturedException(e, catch_backtrace()); end; "
+        "r = fetch(t); r isa Exception && throw(r)",
+        {"sigint"},
+    ),
     # Not a row of its own: it computes for a while, then yields, so either of the first two.
     "compute, print and sleep": (
         "function mix(); {started}; for i in 1:10^9; s = sum(rand(100)); println(s); "

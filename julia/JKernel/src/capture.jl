@@ -81,9 +81,20 @@ end
 
 function flush_all()
     for io in (stdout, stderr, PIPES["stdout"], PIPES["stderr"])
-        quietly(() -> flush(io))
+        flush_quietly(io)
     end
     Libc.flush_cstdio()
+end
+
+"""`flush(io)`, whatever it throws but an interrupt (a named function: `quietly`'s closure
+would compile at the first drain)."""
+function flush_quietly(io)
+    try
+        flush(io)
+    catch e
+        e isa InterruptException && rethrow()
+    end
+    nothing
 end
 
 """

@@ -146,7 +146,7 @@ function run_cell(mod::Module, code::String, filename::String, cell::Int = 0)
         end
         report = try
             IN_USER[] = true   # showing an error runs user code (showerror methods) too
-            r = Base.invokelatest(error_report, e, bt)
+            r = Base.invokelatest(error_report, status == "int" ? the_interrupt(e) : e, bt)
             IN_USER[] = false
             r
         catch e2

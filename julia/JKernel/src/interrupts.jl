@@ -111,9 +111,32 @@ function install_interrupt_sink!()
     end
 end
 
+# A SIGINT lands in whichever task runs, and the code waiting on that task rethrows it wrapped:
+# `fetch`/`wait` as a TaskFailedException, asyncmap (pmap's engine) as a CapturedException
+# (base/asyncmap.jl; seen on 1.12 when ^C hit a pmap worker task), `@sync` as a
+# CompositeException. Each is the interrupt the user asked for.
 is_interrupt(e) = e isa InterruptException || is_cancellation(e) ||
     (e isa TaskFailedException && is_interrupt(e.task.exception)) ||
+    (e isa CapturedException && is_interrupt(e.ex)) ||
+    (e isa CompositeException && any(is_interrupt, e.exceptions)) ||
     (e isa LoadError && is_interrupt(e.error))
+
+"""
+    the_interrupt(e)
+
+The interrupt that a task's wrapper `e` holds (see is_interrupt), for the report of an
+interrupted cell: which task the signal hit is chance, and the user asked to stop, so the report
+says InterruptException whatever task it landed in. A LoadError stays: it names the file.
+"""
+function the_interrupt(e)
+    e isa TaskFailedException && return the_interrupt(e.task.exception)
+    e isa CapturedException && return the_interrupt(e.ex)
+    if e isa CompositeException
+        i = findfirst(is_interrupt, e.exceptions)
+        i === nothing || return the_interrupt(e.exceptions[i])
+    end
+    return e
+end
 
 # ---- ^C as a cancellation (Julia 1.14-DEV, master) ----
 # On master (NEWS.md: "In interactive sessions, ^C now cancels the current evaluation's

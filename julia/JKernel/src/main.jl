@@ -79,8 +79,9 @@ function serve(args)
     pushdisplay(KernelDisplay())
     set_up_main!()
     install_interrupt_sink!()
-    @async flusher_loop()
-    @async thread_one_loop()
+    # schedule(Task(f)), not `@async f()`: the closure @async makes is compiled at every start.
+    schedule(Task(flusher_loop))
+    schedule(Task(thread_one_loop))
 
     # The interrupt path must never wait for the compiler: a first INT frame that took the
     # listener a second to compile (on a loaded machine) was escalated to a forced SIGINT,
@@ -92,9 +93,9 @@ function serve(args)
                                     "julia_path" => running_julia_path(),
                                     "threads" => Threads.nthreads(),
                                     "loaded_from" => LOADED_FROM[])))
-    EVAL_TASK[] = @async eval_loop()   # after the handshake: its warm-up must not delay it
-    @async query_loop()
-    listener = @async listen_loop()
+    EVAL_TASK[] = schedule(Task(eval_loop))   # after the handshake: its warm-up must wait
+    schedule(Task(query_loop))
+    listener = schedule(Task(listen_loop))
     guarded("main") do
         wait(listener)
         false

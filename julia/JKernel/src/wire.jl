@@ -97,11 +97,12 @@ function send_frame(kind::String, args::String, payload::AbstractVector{UInt8} =
     isempty(args) || write(io, ' ', args)
     write(io, ' ', string(length(payload)), '\n')
     write(io, payload)
-    buf = take!(io)
-    if mark > 0
-        # One frame inside MRK, so that no other task's frame can come between the two.
-        buf = vcat(codeunits(string(FrameKind.MRK, " ", mark, " ", length(buf), "\n")), buf)
-    end
+    frame = take!(io)
+    # One frame inside MRK, so that no other task's frame can come between the two. Assigned
+    # once: a variable assigned twice and captured by the closure below would be boxed, and
+    # every call on it compiled at run time (~40 ms of the first result on 1.10).
+    buf = mark > 0 ?
+        vcat(codeunits(string(FrameKind.MRK, " ", mark, " ", length(frame), "\n")), frame) : frame
     # One write call submits the whole frame to libuv, so frames from different tasks never
     # interleave; SIGINT is deferred so it cannot abandon a half-submitted write.
     disable_sigint() do
@@ -187,8 +188,8 @@ end
 
 function listen_loop()
     buf = UInt8[]
-    sock = SOCK[]
     guarded("listener") do
+        sock = SOCK[]   # read here: a closure over it is compiled anew at each start
         while true
             data = readavailable(sock)   # one take from the buffer: an interrupt loses nothing
             if isempty(data) && eof(sock)
