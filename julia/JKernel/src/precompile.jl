@@ -20,9 +20,11 @@ function precompile_workload()
     # start-up and the handshake
     precompile(main, ())
     precompile(main, (Vector{String},))
-    # libuv's connect callback is reached from C, so nothing of ours infers it (~18 ms on 1.10)
-    isdefined(Sockets, :uv_connectcb) &&
-        precompile(getfield(Sockets, :uv_connectcb), (Ptr{Nothing}, Int32))
+    # libuv's connect callback is reached from C, so nothing of ours infers it (~18 ms on 1.10);
+    # 1.12 split it into Sockets.uv_connectcb_pipe and Sockets.uv_connectcb_tcp
+    for cb in (:uv_connectcb, :uv_connectcb_pipe, :uv_connectcb_tcp)
+        isdefined(Sockets, cb) && precompile(getfield(Sockets, cb), (Ptr{Nothing}, Int32))
+    end
     precompile(stream_on_fd2, (Base.PipeEndpoint,))
     precompile(json, (IOBuffer, Int32))   # the handshake's pid: getpid() is an Int32
     precompile(flush_quietly, (PIPE_STDIO,))
