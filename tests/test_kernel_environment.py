@@ -39,7 +39,6 @@ from .conftest import (
     SHARED_KERNEL_PIDS,
     START_TIMEOUT,
     install_spec,
-    private_depot,
     stop_kernel,
 )
 
@@ -111,7 +110,7 @@ class Session:
 @contextlib.contextmanager
 def notebook_session(spec: str, layout: Layout) -> Iterator[Session]:
     """A kernel of ``spec`` in the notebook folder, with the test depot, its first cell run."""
-    with kernel(spec, layout.notebooks, {"JULIA_DEPOT_PATH": private_depot(layout.depot)}) as (_, kc):
+    with kernel(spec, layout.notebooks, {"JULIA_DEPOT_PATH": str(layout.depot)}) as (_, kc):
         reply, outputs = execute(kc, "first_cell = 1 + 1")
         yield Session(kc, reply, outputs)
 
@@ -185,7 +184,7 @@ def test_without_a_project_the_default_environment_is_active(
     assert not [p for p in tmp_path.parents if (p / "Project.toml").exists()], (
         "a Project.toml above the test's temporary directory would be the notebook's project"
     )
-    with kernel(DEFAULT_SPEC, tmp_path, {"JULIA_DEPOT_PATH": private_depot(layout.depot)}) as (_, kc):
+    with kernel(DEFAULT_SPEC, tmp_path, {"JULIA_DEPOT_PATH": str(layout.depot)}) as (_, kc):
         active = value(kc, "Base.active_project()")
         default = value(
             kc,
