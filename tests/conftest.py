@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import re
 import secrets
@@ -180,6 +181,26 @@ def private_depot(path: Path) -> str:
     1.12, past every cell's bound)."""
     rest = os.environ.get("JULIA_DEPOT_PATH", "")
     return f"{path}{os.pathsep}{rest}"
+
+
+@functools.lru_cache(maxsize=1)
+def julia_own_depots() -> str:
+    """The depots that come with the Julia on PATH, without the user's (`~/.julia`): Julia's
+    default DEPOT_PATH after its first entry (base/initdefs.jl `append_default_depot_path!`).
+    1.10+ keeps its stdlibs' caches there, so a test depot that must leave the user's depot
+    out still lists these behind it."""
+    env = {k: v for k, v in os.environ.items() if k != "JULIA_DEPOT_PATH"}
+    code = 'print(join(DEPOT_PATH[2:end], Sys.iswindows() ? ";" : ":"))'
+    julia = os.environ.get("JUTUL_JKERNEL_JULIA", "julia")
+    done = subprocess.run(
+        [julia, "--startup-file=no", "-e", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return done.stdout.strip()
 
 
 KERNEL_NAME = "julia-supervised-client-test"

@@ -4,7 +4,8 @@ startup file and comms (issue 9, points 6 to 9).
 Kernels are started the way Jupyter starts them for a notebook: from the notebook's folder
 (``cwd``), with the installed kernelspec. Two specs are installed into a private prefix: the
 default one, and one with every opt-out (``--no-color --no-startup-file --project DIR``). A
-private ``JULIA_DEPOT_PATH`` holds the startup file, so the user's own never takes part.
+private ``JULIA_DEPOT_PATH`` holds the startup file, so the user's own never takes part
+(Julia's own depots stay behind it: 1.10+ keeps its stdlibs' caches there).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .conftest import (
     SHARED_KERNEL_PIDS,
     START_TIMEOUT,
     install_spec,
+    julia_own_depots,
     stop_kernel,
 )
 
@@ -100,6 +102,11 @@ def kernel(
         SHARED_KERNEL_PIDS.discard(pid)
 
 
+def alone(depot: Path) -> str:
+    """A JULIA_DEPOT_PATH of ``depot`` and Julia's own depots: not the user's."""
+    return f"{depot}{os.pathsep}{julia_own_depots()}"
+
+
 @dataclass
 class Session:
     kc: BlockingKernelClient
@@ -110,7 +117,7 @@ class Session:
 @contextlib.contextmanager
 def notebook_session(spec: str, layout: Layout) -> Iterator[Session]:
     """A kernel of ``spec`` in the notebook folder, with the test depot, its first cell run."""
-    with kernel(spec, layout.notebooks, {"JULIA_DEPOT_PATH": str(layout.depot)}) as (_, kc):
+    with kernel(spec, layout.notebooks, {"JULIA_DEPOT_PATH": alone(layout.depot)}) as (_, kc):
         reply, outputs = execute(kc, "first_cell = 1 + 1")
         yield Session(kc, reply, outputs)
 
@@ -184,7 +191,7 @@ def test_without_a_project_the_default_environment_is_active(
     assert not [p for p in tmp_path.parents if (p / "Project.toml").exists()], (
         "a Project.toml above the test's temporary directory would be the notebook's project"
     )
-    with kernel(DEFAULT_SPEC, tmp_path, {"JULIA_DEPOT_PATH": str(layout.depot)}) as (_, kc):
+    with kernel(DEFAULT_SPEC, tmp_path, {"JULIA_DEPOT_PATH": alone(layout.depot)}) as (_, kc):
         active = value(kc, "Base.active_project()")
         default = value(
             kc,
