@@ -63,15 +63,36 @@ def session_julias() -> list[psutil.Process]:
 
 
 def julia_descendants() -> list[psutil.Process]:
-    """Julia processes started, directly or not, by this test process."""
+    """Julia processes started, directly or not, by this test process (not a Julia's own
+    short-lived fork, see _is_fork_of_julia)."""
     found = []
     for p in psutil.Process().children(recursive=True):
         try:
-            if "julia" in p.name() or any("server.jl" in a for a in p.cmdline()):
+            is_julia = "julia" in p.name() or any("server.jl" in a for a in p.cmdline())
+            if is_julia and not _is_fork_of_julia(p):
                 found.append(p)
         except psutil.NoSuchProcess:
             continue
     return found
+
+
+def _is_fork_of_julia(p: psutil.Process) -> bool:
+    """A child that a Julia forked and never exec'd: the launcher's libstdc++ probe.
+
+    Julia's launcher (cli/loader_lib.c, libstdcxxprobe, when built with its own libstdc++:
+    1.10 and 1.12 here) forks at once, the child dlopens libstdc++ and exits, and the parent
+    reaps it with waitpid. For those milliseconds a new Julia has a second "julia" below it,
+    with its parent's command line, or none once it is a zombie. A Julia that Julia spawns
+    (a worker, a compile) has its own command line.
+    """
+    parent = p.parent()
+    if parent is None or parent.name() != p.name():
+        return False
+    try:
+        own = p.cmdline()
+    except psutil.ZombieProcess:
+        return True
+    return not own or own == parent.cmdline()
 
 
 # Supervisors, and kernel processes, shared by a whole test module: their Julia is expected to
