@@ -144,6 +144,21 @@ def test_a_drawing_knows_it_is_in_a_notebook(kernel: Kernel) -> None:
     assert opened["text/plain"] == "String[]"
 
 
+def test_each_drawing_is_asked_what_it_shows_as(kernel: Kernel) -> None:
+    """Luxor's `showable` answers by the drawing's surface: after an SVG drawing, a PNG one of
+    the same type carries no SVG (the kernel keeps what a type shows as only where Base's
+    `showable`, which asks the type alone, decides)."""
+    _, kc = kernel
+    (svg,) = bundles(ok(kc, "drawing"), "execute_result")
+    assert "image/svg+xml" in svg, svg
+    # Its text/plain is empty, and a cell's empty value shows nothing: the same bundle, as
+    # IJulia's display_dict (which packages call) returns it.
+    png = 'LuxorStandIn.Drawing(:png, "luxor-drawing.png", "<svg></svg>")'
+    keys = f'import IJulia; join(sort!(collect(keys(IJulia.display_dict({png})))), " ")'
+    (data,) = bundles(ok(kc, keys), "execute_result")
+    assert data["text/plain"] == '"text/plain"', data
+
+
 # ---- :color ----
 
 COLOURED = r"""

@@ -358,6 +358,38 @@ async def test_rich_value_comes_with_its_mime_bundle(julia: JuliaSupervisor) -> 
     assert "text/plain" in r.data
 
 
+async def test_a_show_method_defined_later_reaches_the_next_value(
+    julia: JuliaSupervisor,
+) -> None:
+    """A notebook defines a type, shows a value, then adds an HTML `show`: the next value of
+    that type carries text/html (what a type shows as is kept only until a method is
+    defined), and so does a type registered with `IJulia.register_mime` after."""
+    r = await run(julia, "struct LaterShown end; LaterShown()")
+    assert r.status == "ok" and r.data is None, r
+    await run(
+        julia, 'Base.show(io::IO, ::MIME"text/html", ::LaterShown) = print(io, "<i>late</i>")'
+    )
+    r = await run(julia, "LaterShown()")
+    assert r.data is not None and r.data["text/html"] == "<i>late</i>", r
+    later = "application/vnd.test.later"
+    await run(julia, f'Base.show(io::IO, ::MIME"{later}", ::LaterShown) = print(io, "L")')
+    r = await run(julia, "LaterShown()")
+    assert r.data is not None and later not in r.data, r.data
+    try:
+        await run(julia, f'JKernel.register_mime(MIME("{later}"))')
+        r = await run(julia, "LaterShown()")
+        assert r.data is not None and r.data.get(later) == "TA==", r.data  # binary: base64
+    finally:
+        await run(julia, "empty!(JKernel.REGISTERED_MIMES); nothing")
+    # A type object's `showable` may dispatch on Type{T}: asked of each type, not of DataType.
+    await run(julia, 'Base.showable(::MIME"text/html", ::Type{LaterShown}) = true')
+    await run(julia, 'Base.show(io::IO, ::MIME"text/html", ::Type{LaterShown}) = print(io, "T")')
+    r = await run(julia, "LaterShown")
+    assert r.data is not None and r.data["text/html"] == "T", r
+    r = await run(julia, "Int")
+    assert r.status == "ok" and r.text == "Int64" and r.data is None, r
+
+
 async def test_stdin_is_answered_by_the_input_callback(
     julia: JuliaSupervisor, output: Output
 ) -> None:

@@ -8,36 +8,83 @@ JSON_MIMES in state.jl), plus those registered through `IJulia.register_mime` an
 src/display.jl, `_display_dict`)."""
 function mime_bundle(x)
     data = Dict{String,Any}()
-    add_shown!(data, RICH_MIMES, x, false)
-    add_shown!(data, JSON_MIMES, x, true)
-    add_shown!(data, REGISTERED_MIMES, x, false)
-    add_shown!(data, REGISTERED_JSON_MIMES, x, true)
-    data["text/plain"] = plain_text(x)
-    return data
-end
-
-"""
-    add_shown!(data, groups, x, json)
-
-Add to `data` what `x` shows as, of each group in `groups` the first type it can show, unless
-`data` has that type already. A JSON type is shown as text, and one whose `show` fails is left
-out, as IJulia does.
-"""
-function add_shown!(data::Dict{String,Any}, groups, x, json::Bool)
-    for group in groups
-        m = first_showable(group, x)
-        (m === nothing || haskey(data, string(m))) && continue
+    for (m, json) in bundle_mimes(x)
         if !json
             data[string(m)] = jupyter_string(m, x)
             continue
         end
-        try
+        try   # a JSON type is shown as text, and one whose `show` fails is left out (IJulia)
             data[string(m)] = jupyter_string(m, x, true)
         catch e
             is_interrupt(e) && rethrow()
         end
     end
+    data["text/plain"] = plain_text(x)
+    return data
 end
+
+const BundleMimes = Vector{Tuple{MIME,Bool}}   # (type, whether it travels as JSON)
+
+"""
+    bundle_mimes(x) -> Vector{Tuple{MIME,Bool}}
+
+The types besides text/plain that `x`'s bundle holds, in order, each with whether it travels
+as JSON: of each group the first type `x` is `showable` as, unless an earlier group gave it.
+
+Base's `showable(m, x)` searches the method table for `show(::IO, m, ::typeof(x))` (about 8 µs
+each on 1.5.3, 0.7 on 1.10), and a bundle asks 17 of them: most of a trivial cell's time in
+Julia. Its answer changes only when a method is defined (the world counter moves) or the
+registered types change, so the list is kept per type until then. A type whose `showable` is
+a package's own (which may answer by the value, as Base's docstring allows; Luxor's does) or
+a type object (its `showable` may dispatch on `Type{T}`) is asked every time.
+"""
+function bundle_mimes(x)
+    x isa Type && return find_bundle_mimes(x)
+    T = typeof(x)
+    key = (Base.get_world_counter(), hash(REGISTERED_MIMES), hash(REGISTERED_JSON_MIMES))
+    lock(BUNDLE_MIMES_LOCK)
+    try
+        if BUNDLE_MIMES_FOR[] != key
+            empty!(BUNDLE_MIMES)
+            BUNDLE_MIMES_FOR[] = key
+        end
+        known = get(BUNDLE_MIMES, T, nothing)
+        known === nothing || return known
+    finally
+        unlock(BUNDLE_MIMES_LOCK)
+    end
+    found = find_bundle_mimes(x)
+    if all(m -> showable_by_type(m, T), candidate_mimes())
+        lock(() -> BUNDLE_MIMES_FOR[] == key && (BUNDLE_MIMES[T] = found), BUNDLE_MIMES_LOCK)
+    end
+    return found
+end
+
+function find_bundle_mimes(x)
+    found = BundleMimes()
+    for (groups, json) in ((RICH_MIMES, false), (JSON_MIMES, true), (REGISTERED_MIMES, false),
+                           (REGISTERED_JSON_MIMES, true))
+        for group in groups
+            m = first_showable(group, x)
+            (m === nothing || any(f -> f[1] == m, found)) || push!(found, (m, json))
+        end
+    end
+    return found
+end
+
+function candidate_mimes()
+    candidates = MIME[]
+    for groups in (RICH_MIMES, JSON_MIMES, REGISTERED_MIMES, REGISTERED_JSON_MIMES)
+        for group in groups
+            group isa MIME ? push!(candidates, group) : append!(candidates, group)
+        end
+    end
+    return candidates
+end
+
+"""Whether `showable(m, ::T)` is Base's, which asks the type only (base/multimedia.jl)."""
+showable_by_type(m::MIME, T::Type) =
+    which(showable, Tuple{typeof(m),T}) === which(showable, Tuple{MIME,Any})
 
 """
     JKernel.register_mime(mime)

@@ -162,6 +162,11 @@ const POSTERROR_HOOKS = Function[]
 const REGISTERED_MIMES = Union{MIME,Vector{MIME}}[]
 const REGISTERED_JSON_MIMES = Union{MIME,Vector{MIME}}[]
 const DISPLAY_COUNTER = Ref(0)         # display ids `display(x; display_id = true)` made
+# What a value's bundle holds besides text/plain, per type (display.jl, bundle_mimes), while
+# the world counter and the registered types are those of BUNDLE_MIMES_FOR (their hashes).
+const BUNDLE_MIMES = Dict{Type,Vector{Tuple{MIME,Bool}}}()
+const BUNDLE_MIMES_FOR = Ref((UInt(0), UInt(0), UInt(0)))
+const BUNDLE_MIMES_LOCK = ReentrantLock()
 
 # ---- comms (comms.jl) ----
 
