@@ -54,6 +54,23 @@ class JuliaKernelApp(IPKernelApp):  # type: ignore[misc]
         finally:
             kernelapp.IOPubThread = original
 
+    def _configure_logging(self) -> None:
+        """traitlets' logging set-up, then the app's logger at its handlers' lowest level.
+
+        traitlets puts this logger at DEBUG and lets each handler drop what is below its own
+        level (config/application.py, ``get_default_logging_config``), so that a handler added
+        through ``logging_config`` can be more verbose. ipykernel logs each message it handles
+        at DEBUG, four times a cell (kernelbase.py ``dispatch_shell``, ``execute_request``),
+        and each call then built a record that the WARN handler dropped: ~5-10 µs apiece, a
+        few percent of a trivial cell's round trip. At its handlers' lowest level the logger
+        drops those calls at once and still passes every record a handler would emit
+        (``--debug`` lowers the handler, and this runs again).
+        """
+        super()._configure_logging()
+        levels = [h.level for h in self.log.handlers]
+        if levels and not self.log.propagate:  # else other handlers may want every record
+            self.log.setLevel(max(min(levels), 1))  # NOTSET (0) would mean the root's level
+
     def close(self) -> None:
         control = self.control_thread
         if control is not None and control.is_alive():

@@ -492,6 +492,28 @@ def test_kernel_log_has_no_tracebacks(kernel_env: dict[str, str], tmp_path: Path
     assert "Exception in" not in text, text
 
 
+def test_debug_logs_each_message(kernel_env: dict[str, str], tmp_path: Path) -> None:
+    """With --debug the kernel logs each message it handles (ipykernel's DEBUG lines), and
+    without it none: the app's logger follows its handlers' level (app.py)."""
+    logs = {}
+    for args in ([], ["--debug"]):
+        log = tmp_path / f"kernel{len(args)}.log"
+        km = KernelManager(kernel_name=KERNEL_NAME)
+        with open(log, "w") as f:
+            km.start_kernel(stdout=f, stderr=f, extra_arguments=args)
+            kc = km.client()
+            kc.start_channels()
+            try:
+                kc.wait_for_ready(timeout=START_TIMEOUT)
+                reply, _ = execute(kc, "1 + 1")
+                assert reply["content"]["status"] == "ok", reply
+            finally:
+                stop_kernel(km, kc)
+        logs[bool(args)] = log.read_text()
+    assert "*** MESSAGE TYPE:execute_request***" in logs[True], logs[True][-2000:]
+    assert "MESSAGE TYPE" not in logs[False], logs[False][-2000:]
+
+
 def test_kernel_info_on_the_control_channel(
     shared: tuple[KernelManager, BlockingKernelClient],
 ) -> None:
