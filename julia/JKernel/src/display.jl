@@ -42,20 +42,16 @@ function bundle_mimes(x)
     x isa Type && return find_bundle_mimes(x)
     T = typeof(x)
     key = (Base.get_world_counter(), hash(REGISTERED_MIMES), hash(REGISTERED_JSON_MIMES))
-    lock(BUNDLE_MIMES_LOCK)
-    try
-        if BUNDLE_MIMES_FOR[] != key
-            empty!(BUNDLE_MIMES)
-            BUNDLE_MIMES_FOR[] = key
-        end
-        known = get(BUNDLE_MIMES, T, nothing)
+    table = BUNDLE_TABLE[]
+    if table.key == key
+        known = get(table.mimes, T, nothing)
         known === nothing || return known
-    finally
-        unlock(BUNDLE_MIMES_LOCK)
     end
     found = find_bundle_mimes(x)
     if all(m -> showable_by_type(m, T), candidate_mimes())
-        lock(() -> BUNDLE_MIMES_FOR[] == key && (BUNDLE_MIMES[T] = found), BUNDLE_MIMES_LOCK)
+        mimes = table.key == key ? copy(table.mimes) : empty(table.mimes)
+        mimes[T] = found
+        BUNDLE_TABLE[] = BundleTable(key, mimes)   # two threads at once: one's entry is lost
     end
     return found
 end

@@ -162,11 +162,16 @@ const POSTERROR_HOOKS = Function[]
 const REGISTERED_MIMES = Union{MIME,Vector{MIME}}[]
 const REGISTERED_JSON_MIMES = Union{MIME,Vector{MIME}}[]
 const DISPLAY_COUNTER = Ref(0)         # display ids `display(x; display_id = true)` made
-# What a value's bundle holds besides text/plain, per type (display.jl, bundle_mimes), while
-# the world counter and the registered types are those of BUNDLE_MIMES_FOR (their hashes).
-const BUNDLE_MIMES = Dict{Type,Vector{Tuple{MIME,Bool}}}()
-const BUNDLE_MIMES_FOR = Ref((UInt(0), UInt(0), UInt(0)))
-const BUNDLE_MIMES_LOCK = ReentrantLock()
+# What a value's bundle holds besides text/plain, per type (display.jl, bundle_mimes), for
+# one world counter and set of registered types (their hashes). A table is replaced whole,
+# never changed once published: threads read it without a lock, and so no interrupt can
+# leave a lock held.
+mutable struct BundleTable
+    key::Tuple{UInt,UInt,UInt}
+    mimes::Dict{Type,Vector{Tuple{MIME,Bool}}}
+end
+const BUNDLE_TABLE =
+    Ref(BundleTable((UInt(0), UInt(0), UInt(0)), Dict{Type,Vector{Tuple{MIME,Bool}}}()))
 
 # ---- comms (comms.jl) ----
 
