@@ -20,6 +20,7 @@ id order, each with one or more edits, applied in order:
     promise = "a loop without safepoints is forced, state kept"
     tests = ["tests/test_supervisor_julia.py::test_interrupt_of_a_loop_without_safepoints"]
     env = { JKERNEL_STORM_INTERRUPTS = "20" }  # optional, for its tests' run
+    julia_needs = 'isdefined(Base, :x)'  # optional: where its tests can fail (below)
     [[mutant.edit]]
     file = "jutul_jkernel/escalation.py"
     find = '(?re)^_BURST_COUNT = \d+$'
@@ -27,7 +28,11 @@ id order, each with one or more edits, applied in order:
 
 A `find` is text in which every run of whitespace matches any whitespace, so reformatting
 does not lose it; after a "(?re)" prefix it is a raw regular expression (multi-line mode).
-Each must match exactly once. Code goes in TOML literal strings, '...' or '''...''' across
+Each must match exactly once. A promise that only some Julias can keep or break (the native
+code in package caches, 1.9+) has its tests skip elsewhere; its mutant says so with
+`julia_needs`, a Julia expression that is true on a Julia where they run. On another Julia the
+mutant is reported "not run", counted apart from killed and survived: run `make mutants` again
+with such a Julia first on PATH. Code goes in TOML literal strings, '...' or '''...''' across
 lines (the newline right after the opening ''' is not part of the text): they keep
 backslashes and quotes as typed. A test is "tests/file.py::name", a name prefix (parametrized
 ids too), or a file alone for all of its tests. Add a mutant whenever a new promise is made,
@@ -84,6 +89,7 @@ class Mutant:
     edits: tuple[Edit, ...]
     tests: tuple[str, ...]  # "tests/file.py::test_name" (a name prefix: parametrized ids too)
     env: dict[str, str] = field(default_factory=dict)
+    julia_needs: str = ""  # a Julia expression, true where its tests can fail; "" everywhere
 
 
 @dataclass(frozen=True)
@@ -105,9 +111,9 @@ class CatalogueError(Exception):
 # Each table's keys and their types; the optional ones may be left out.
 _AREA_KEYS: dict[str, type] = {"title": str, "page": str, "mutant": list}
 _MUTANT_KEYS: dict[str, type] = {"id": str, "promise": str, "tests": list, "env": dict,
-                                 "edit": list}  # fmt: skip
+                                 "julia_needs": str, "edit": list}  # fmt: skip
 _EDIT_KEYS: dict[str, type] = {"file": str, "find": str, "replace": str}
-_OPTIONAL = frozenset({"mutant", "env"})
+_OPTIONAL = frozenset({"mutant", "env", "julia_needs"})
 
 
 def _checked(table: object, keys: dict[str, type], where: str) -> dict[str, Any]:
@@ -143,7 +149,9 @@ def _mutant(table: object, where: str) -> Mutant:
     ):
         msg = f"{where}: its tests and env values must be strings"
         raise CatalogueError(msg)
-    return Mutant(raw["id"], raw["promise"], edits, tuple(raw["tests"]), dict(env))
+    return Mutant(
+        raw["id"], raw["promise"], edits, tuple(raw["tests"]), dict(env), raw.get("julia_needs", "")
+    )
 
 
 def load_area(path: Path) -> Area:
@@ -262,6 +270,17 @@ def run_tests(
     return done.returncode, done.stdout + done.stderr
 
 
+def julia_has(expression: str) -> bool:
+    """Whether ``expression`` is true in the Julia on PATH (a mutant's ``julia_needs``)."""
+    done = subprocess.run(
+        ["julia", "--startup-file=no", "-e", f"print(({expression}) === true)"],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"julia_needs {expression!r} failed in Julia:\n{done.stderr}")
+    return done.stdout.strip() == "true"
+
+
 def summary(output: str) -> str:
     lines = [line for line in output.strip().splitlines() if line.strip()]
     return lines[-1] if lines else "(no output)"
@@ -284,6 +303,8 @@ def main() -> int:
     if args.list:
         for m in chosen:
             print(f"{m.id:4} {m.promise}\n     guarded by {', '.join(m.tests)}")
+            if m.julia_needs:
+                print(f"     where Julia has {m.julia_needs}")
         return 0
     with tempfile.TemporaryDirectory(prefix="jk-mutants-") as tmp:
         base = Path(tmp) / "base"
@@ -306,6 +327,12 @@ def main() -> int:
         if args.check:
             print(f"{len(chosen)} mutants apply")
             return 0
+        needs = {m.julia_needs for m in chosen if m.julia_needs}
+        lacking = {expression for expression in needs if not julia_has(expression)}
+        not_run = [m for m in chosen if m.julia_needs in lacking]
+        chosen = [m for m in chosen if m not in not_run]
+        for m in not_run:
+            print(f"{m.id:4} {'not run (this Julia lacks it)':28}         {m.julia_needs}")
         if not args.no_baseline:
             tests = tuple(sorted({t for m in chosen for t in m.tests}))
             env = {k: v for m in chosen for k, v in m.env.items()}
@@ -335,7 +362,8 @@ def main() -> int:
             if code not in (0, 1, 5):
                 print("     " + "\n     ".join(out.strip().splitlines()[-15:]))
             shutil.rmtree(tree)
-    print(f"{len(chosen) - survived - errors} killed, {survived} survived, {errors} errors")
+    print(f"{len(chosen) - survived - errors} killed, {survived} survived, {errors} errors", end="")
+    print(f", {len(not_run)} not run on this Julia" if not_run else "")
     return 1 if survived or errors else 0
 
 

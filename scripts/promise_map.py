@@ -48,7 +48,9 @@ make mutants                                 # all of them (not part of make tes
 ```
 
 A test named here is a name prefix (`-k`), so it covers a parametrized test's every case; a
-file alone means all of its tests.
+file alone means all of its tests. A promise that only some Julias keep (native code in
+package caches, 1.9+) says so; its tests skip elsewhere, and `make mutants` reports its mutant
+"not run" there: run it again with such a Julia first on `PATH`.
 """
 
 

@@ -208,6 +208,52 @@ async def test_the_launcher_leaves_mains_names_to_the_user(
         await sup.shutdown()
 
 
+def uses_pkgimages() -> bool:
+    """Whether the Julia on PATH writes native code into package caches (1.9+, on unless
+    --pkgimages=no): asked of its options, not its version."""
+    code = "print(hasfield(Base.JLOptions, :use_pkgimages) && Base.JLOptions().use_pkgimages == 1)"
+    done = subprocess.run(
+        ["julia", "--startup-file=no", "-e", code],
+        capture_output=True,
+        text=True,
+        timeout=CELL_BOUND,
+        check=True,
+    )
+    return done.stdout.strip() == "true"
+
+
+async def test_the_first_inspect_compiles_nothing_of_the_help_system(
+    compiled: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Where the cache holds native code, it also holds what the workload reached through
+    runtime dispatch: the REPL's help and Markdown's rendering under an inspect (precompile.jl,
+    keeping_dispatched). Julia traces every method it compiles (--trace-compile): a fresh
+    kernel's session, its warm-up and a Shift+Tab on `sum` included, compiles none of
+    Markdown's, where the first inspect once compiled two dozen (0.65 s on 1.10.0, 1 s on
+    1.12.5)."""
+    if not uses_pkgimages():
+        pytest.skip("this Julia's package cache holds no native code (1.5-1.8, or --pkgimages=no)")
+    server, depot = compiled
+    monkeypatch.setattr(_resources, "server_script", lambda: server)
+    trace = tmp_path / "compiled.jl"
+    sup = JuliaSupervisor(
+        julia_args=[f"--trace-compile={trace}"],
+        startup_timeout=STARTUP_TIMEOUT,
+        env={"JUTUL_JKERNEL_DEPOT": str(depot)},
+    )
+    await sup.start()
+    try:
+        assert loaded_from(sup) == "cache", log_of(sup)
+        reply = await asyncio.wait_for(sup.inspect("sum", 3), CELL_BOUND)
+        assert reply["found"] is True, reply
+        assert "sum(itr" in reply["data"]["text/plain"], reply
+    finally:
+        await sup.shutdown()
+    compiled_lines = trace.read_text().splitlines()
+    rendering = [line for line in compiled_lines if "Markdown." in line]
+    assert not rendering, "\n".join(rendering)
+
+
 async def test_a_changed_source_loads_from_source_and_recompiles(
     copy: Path, tmp_path: Path
 ) -> None:
