@@ -83,7 +83,9 @@ def assert_base_only(found: dict[str, list[str]]) -> None:
 
 
 def fresh_package(root: Path) -> tuple[str, str]:
-    """A package that has never been compiled, whose __init__ prints; (name, cell)."""
+    """A package that has never been compiled, whose __init__ prints; (name, cell). The cell
+    puts a depot under ``root`` first while it loads the package, so the compile cache goes
+    there and not into the user's depot (~/.julia/compiled, where each run left two)."""
     name = "Fresh" + uuid.uuid4().hex[:8]
     (root / name / "src").mkdir(parents=True)
     (root / name / "Project.toml").write_text(f'name = "{name}"\nuuid = "{uuid.uuid4()}"\n')
@@ -91,7 +93,13 @@ def fresh_package(root: Path) -> tuple[str, str]:
         f'module {name}\nfunction __init__()\n    println("init of {name}")\nend\n'
         f"answer() = 42\nend\n"
     )
-    cell = f'push!(LOAD_PATH, "{root}")\nusing {name}\n{name}.answer()'
+    depot = root / "depot"
+    cell = (
+        f'push!(LOAD_PATH, "{root}"); pushfirst!(DEPOT_PATH, "{depot}")\n'
+        f"using {name}\n"
+        f"popfirst!(DEPOT_PATH); pop!(LOAD_PATH)\n"
+        f"{name}.answer()"
+    )
     return name, cell
 
 
@@ -221,6 +229,7 @@ async def test_using_a_package_that_compiles(newer_julia: JuliaSupervisor, tmp_p
     r = await run(newer_julia, cell, out)
     assert r.status == "ok" and r.text == "42", (r, out.chunks)
     assert f"init of {name}\n" in out.text(), out.chunks
+    assert list((tmp_path / "depot" / "compiled").glob(f"*/{name}/*.ji")), "not compiled there"
 
 
 @pytest.mark.asyncio(loop_scope="module")
