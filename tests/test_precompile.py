@@ -119,6 +119,17 @@ async def printed(sup: JuliaSupervisor, code: str) -> str:
     return b"".join(chunks).decode()
 
 
+def plain_julia(code: str) -> str:
+    """What plain `julia -e code` (the Julia on PATH, no kernel) prints."""
+    return subprocess.run(
+        ["julia", "--startup-file=no", "-e", code],
+        capture_output=True,
+        text=True,
+        timeout=CELL_BOUND,
+        check=True,
+    ).stdout
+
+
 def log_of(sup: JuliaSupervisor) -> str:
     assert sup.log_path is not None
     return sup.log_path.read_text(errors="replace")
@@ -166,14 +177,7 @@ async def test_the_package_is_invisible_to_the_user(cached: JuliaSupervisor) -> 
     """After loading, LOAD_PATH and DEPOT_PATH are what plain julia has: `using JKernel` finds
     no package, `Pkg.status()` does not list it, and the cache depot is in no user path."""
     shown = "print(repr(LOAD_PATH), ' ', repr(DEPOT_PATH))"
-    plain = subprocess.run(
-        ["julia", "--startup-file=no", "-e", shown],
-        capture_output=True,
-        text=True,
-        timeout=CELL_BOUND,
-        check=True,
-    ).stdout
-    assert await printed(cached, shown) == plain
+    assert await printed(cached, shown) == plain_julia(shown)
     assert await value(cached, 'Base.identify_package("JKernel") === nothing') == "true"
     error = await asyncio.wait_for(cached.execute("using JKernel", None), CELL_BOUND)
     assert error.status == "error" and "not found" in error.text, error.text
@@ -212,14 +216,7 @@ def uses_pkgimages() -> bool:
     """Whether the Julia on PATH writes native code into package caches (1.9+, on unless
     --pkgimages=no): asked of its options, not its version."""
     code = "print(hasfield(Base.JLOptions, :use_pkgimages) && Base.JLOptions().use_pkgimages == 1)"
-    done = subprocess.run(
-        ["julia", "--startup-file=no", "-e", code],
-        capture_output=True,
-        text=True,
-        timeout=CELL_BOUND,
-        check=True,
-    )
-    return done.stdout.strip() == "true"
+    return plain_julia(code) == "true"
 
 
 async def test_the_first_inspect_compiles_nothing_of_the_help_system(
