@@ -13,9 +13,15 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
+# Debian's julia 1.5.3 runs through a launcher that gives it its own libunwind
+# (scripts/ensure-julia.sh); a julia the caller put first on PATH (CI's newer Julias) wins.
+ifeq ($(filter-out /usr/bin/julia,$(shell command -v julia 2>/dev/null)),)
+export PATH := $(CURDIR)/$(VENV)/julia-bin:$(PATH)
+endif
+
 .PHONY: setup setup-test test test-julia quick demo bench mutants promise-map clean
 setup: $(STAMP)
-	@bash scripts/ensure-julia.sh
+	@bash scripts/ensure-julia.sh $(VENV)
 	@bash scripts/ensure-xvfb.sh
 # The JKernel package's compile cache (a no-op when it is up to date; see julia/server.jl).
 	@julia --startup-file=no julia/server.jl --precompile
@@ -57,7 +63,7 @@ demo: setup
 	$(PY) examples/supervisor_demo.py
 # The doctor: every path a notebook takes, checked on this Julia, one line each.
 	$(PY) -m jutul_jkernel.doctor
-	$(PY) -m jutul_jkernel.install --sys-prefix
+	$(PY) -m jutul_jkernel.install --sys-prefix --julia julia
 # JUPYTER_PATH first, or a julia-supervised spec in the user's own Jupyter directory would win.
 	JUPYTER_PATH="$(CURDIR)/$(VENV)/share/jupyter$${JUPYTER_PATH:+:$$JUPYTER_PATH}" \
 	$(PY) -m jupyter nbconvert --to notebook --execute examples/quickstart.ipynb --output-dir out \

@@ -14,3 +14,13 @@ need_root() {
         sudo="sudo"
     fi
 }
+
+# Seconds apt waits for another apt or dpkg to let go of its locks before it gives up (an
+# unattended upgrade, or a second `make setup` beside this one); apt's own default is to fail
+# at once with "Could not get lock /var/lib/dpkg/lock-frontend".
+APT_LOCK_WAIT=${JUTUL_JKERNEL_APT_LOCK_WAIT:-600}
+
+# apt-get as root, non-interactive, waiting (bounded) for the dpkg and the lists locks.
+apt_get() {
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get -o "DPkg::Lock::Timeout=$APT_LOCK_WAIT" "$@"
+}

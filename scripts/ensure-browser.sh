@@ -23,8 +23,8 @@ fi
 need_root Chromium
 
 echo "Installing Debian's chromium for the JupyterLab browser test ..." >&2
-$sudo apt-get -q update >&2
-DEBIAN_FRONTEND=noninteractive $sudo apt-get -q install -y --no-install-recommends chromium >&2
+apt_get -q update >&2
+apt_get -q install -y --no-install-recommends chromium >&2
 if [ ! -x "$chromium" ]; then
     echo "error: the chromium package installed, but $chromium is still missing." >&2
     exit 1

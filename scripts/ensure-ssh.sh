@@ -33,8 +33,8 @@ if [ ! -e "$policy" ]; then
     own_policy=1
 fi
 trap '[ -z "$own_policy" ] || $sudo rm -f "$policy"' EXIT
-$sudo apt-get -q update >&2
-DEBIAN_FRONTEND=noninteractive $sudo apt-get -q install -y --no-install-recommends \
+apt_get -q update >&2
+apt_get -q install -y --no-install-recommends \
     openssh-server openssh-client >&2
 if ! have sshd || ! have ssh; then
     echo "error: openssh-server installed, but sshd or ssh is still missing." >&2

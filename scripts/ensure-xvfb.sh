@@ -24,8 +24,8 @@ fi
 need_root Xvfb
 
 echo "Installing Debian's xvfb and x11-utils for headless graphics (--xvfb) ..." >&2
-$sudo apt-get -q update >&2
-DEBIAN_FRONTEND=noninteractive $sudo apt-get -q install -y --no-install-recommends xvfb x11-utils >&2
+apt_get -q update >&2
+apt_get -q install -y --no-install-recommends xvfb x11-utils >&2
 for tool in "$xvfb" xdpyinfo; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         echo "error: the xvfb and x11-utils packages installed, but $tool is still missing." >&2

@@ -39,6 +39,13 @@ def strip_ansi(text: str) -> str:
 REAP_GRACE = 5.0
 
 
+# Debian's julia 1.5.3 runs through the launcher make setup writes, with its own libunwind
+# (scripts/ensure-julia.sh); the Makefile puts it first on PATH, and so does a pytest run by
+# hand. A julia the caller put first on PATH (a newer one) is left alone, as in the Makefile.
+_LAUNCHER_DIR = Path(__file__).resolve().parent.parent / ".venv" / "julia-bin"
+if (_LAUNCHER_DIR / "julia").exists() and shutil.which("julia") in (None, "/usr/bin/julia"):
+    os.environ["PATH"] = f"{_LAUNCHER_DIR}{os.pathsep}{os.environ['PATH']}"
+
 # Every process this test session starts inherits this mark (supervisors, kernels and raw
 # servers pass os.environ on), so the leftover guard finds our Julias even after they were
 # reparented to init, and never another session's.
