@@ -3,8 +3,9 @@
 # make test:  setup, what only the tests need (a browser), then the whole suite.
 # make test-julia: the same for every Julia-facing test file (what CI runs on newer Julias).
 # make demo:  setup, then the main job.
-# make quick: the unit tests and the supervisor's tests against a real Julia, for the edit-test
-#             loop (under 3 minutes here, against about 30 for make test).
+# make quick: ruff and mypy, the unit tests and the supervisor's tests against a real Julia, for
+#             the edit-test loop (under 3 minutes here, against about 30 for make test).
+# make lint:  ruff (lint and format check) and mypy alone.
 # make mutants: deliberate breaks that the tests guarding each promise must catch (not in test);
 #               the mutants are data, one file per area in scripts/mutants/.
 # make promise-map: tests/README.md, each promise with its tests and mutant, from those files.
@@ -19,7 +20,7 @@ ifeq ($(filter-out /usr/bin/julia,$(shell command -v julia 2>/dev/null)),)
 export PATH := $(CURDIR)/$(VENV)/julia-bin:$(PATH)
 endif
 
-.PHONY: setup setup-test test test-julia quick demo bench mutants promise-map clean
+.PHONY: setup setup-test lint test test-julia quick demo bench mutants promise-map clean
 setup: $(STAMP)
 	@bash scripts/ensure-julia.sh $(VENV)
 	@bash scripts/ensure-xvfb.sh
@@ -37,7 +38,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,bench,mcp]'
 	@touch $(STAMP)
 
-test: setup-test
+# ruff (lint and format) and mypy, configured in pyproject.toml; part of quick and test.
+lint: $(STAMP)
+	$(PY) -m ruff check --quiet .
+	$(PY) -m ruff format --check --quiet .
+	$(PY) -m mypy
+
+test: setup-test lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # What a second Julia runs in CI (.ci/run, for each newer Julia it finds): every test file but
@@ -55,7 +62,7 @@ test-julia: setup-test
 # One pytest at a time: two (pytest-xdist) took 126 s, but the other worker's Julia starts
 # delayed the interrupt listener past the 20 ms after which a SIGINT follows its request, and
 # test_interrupt_keeps_state[sleep] saw "sigint" where it asserts "frame" (1 run in 4).
-quick: setup
+quick: setup lint
 	$(PY) -m pytest -q -m "not integration and not e2e" $(PYTEST_ARGS)
 	$(PY) -m pytest -q -m "not slow" tests/test_supervisor_julia.py $(PYTEST_ARGS)
 

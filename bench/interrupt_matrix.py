@@ -37,8 +37,7 @@ SHAPES: dict[str, str] = {
     "blocking ccall": "ccall(:sleep, Cuint, (Cuint,), 1000)",
     "print flood": 'while true; println("tick tock " ^ 8); end',
     "@async tasks printing": (
-        'ts = [@async while true; println("task ", i); sleep(0.01); end for i in 1:3]; '
-        "sleep(1000)"
+        'ts = [@async while true; println("task ", i); sleep(0.01); end for i in 1:3]; sleep(1000)'
     ),
     "readline waiting": "readline()",
     "shell command": ";sleep 1000",
@@ -115,7 +114,8 @@ def main() -> int:
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(64)
-    shapes = {n: c.replace("{silent_port}", str(silent.getsockname()[1])) for n, c in SHAPES.items()}
+    port = str(silent.getsockname()[1])
+    shapes = {n: c.replace("{silent_port}", port) for n, c in SHAPES.items()}
     setup = SETUP
     ssh: Any = None
     if args.ssh:
@@ -148,8 +148,11 @@ def main() -> int:
                     reply, stderr, _ = _wait(kc, msg_id, REPLY_TIMEOUT)
                 except TimeoutError:
                     # a hang is a result too: say which shape, then try to go on
-                    print(f"trial {trial + 1}: {name}: no reply within {REPLY_TIMEOUT:g} s",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"trial {trial + 1}: {name}: no reply within {REPLY_TIMEOUT:g} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     km.interrupt_kernel()
                     reply, stderr = {}, "hung"
                 took = time.monotonic() - t0

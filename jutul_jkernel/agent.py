@@ -151,8 +151,11 @@ class Agent:
         """Interrupt the running request; between requests there is nothing to interrupt."""
         if self._running is None:
             # Said on stderr, which the protocol leaves free: stdout carries only responses.
-            print("jutul-jkernel-agent: SIGINT with no request running: ignored",
-                  file=sys.stderr, flush=True)
+            print(
+                "jutul-jkernel-agent: SIGINT with no request running: ignored",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         self._interrupted = self._running
         task = asyncio.ensure_future(self.supervisor.interrupt())

@@ -15,14 +15,14 @@ from ipykernel.kernelapp import IPKernelApp
 _CONTROL_STOP_WAIT = 1.0
 
 
-class _IOPubThreadWithoutPipe(IOPubThread):  # type: ignore[misc]
+class _IOPubThreadWithoutPipe(IOPubThread):
     """ipykernel's IOPub thread, never with the pipe that init_iopub asks for."""
 
     def __init__(self, socket: Any, pipe: bool = False, **kwargs: Any) -> None:
         super().__init__(socket, pipe=False, **kwargs)
 
 
-class JuliaKernelApp(IPKernelApp):  # type: ignore[misc]
+class JuliaKernelApp(IPKernelApp):
     """IPKernelApp whose close() never waits for the control thread without a bound, and
     which binds no TCP port but the five of its connection file.
 
@@ -47,12 +47,12 @@ class JuliaKernelApp(IPKernelApp):  # type: ignore[misc]
         rendezvous.py has the whole story). init_iopub names the class through its module, so
         the class is swapped there for the length of the call.
         """
-        original = kernelapp.IOPubThread
-        kernelapp.IOPubThread = _IOPubThreadWithoutPipe
+        original = kernelapp.IOPubThread  # type: ignore[attr-defined]
+        kernelapp.IOPubThread = _IOPubThreadWithoutPipe  # type: ignore[attr-defined,assignment]
         try:
             super().init_iopub(context)
         finally:
-            kernelapp.IOPubThread = original
+            kernelapp.IOPubThread = original  # type: ignore[attr-defined]
 
     def _configure_logging(self) -> None:
         """traitlets' logging set-up, then the app's logger at its handlers' lowest level.

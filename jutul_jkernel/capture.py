@@ -57,7 +57,7 @@ def make_pipe() -> tuple[int, int]:
     """A pipe (read end non-blocking, for the event loop), enlarged where possible."""
     r, w = os.pipe()
     with contextlib.suppress(OSError, AttributeError):  # not Linux, or over the user's quota
-        fcntl.fcntl(r, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)  # type: ignore[attr-defined]
+        fcntl.fcntl(r, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)  # type: ignore[attr-defined,unused-ignore]
     os.set_blocking(r, False)
     return r, w
 

@@ -52,9 +52,7 @@ async def accept_julia(
             try:
                 # Julia sends RDY as soon as it connects; a silent peer must not hold the
                 # only door open while the real Julia waits behind it.
-                first, rest = await asyncio.wait_for(
-                    _first_frame(conn, decoder), _FIRST_FRAME_WAIT
-                )
+                first, rest = await asyncio.wait_for(_first_frame(conn, decoder), _FIRST_FRAME_WAIT)
                 if first.kind is FrameKind.RDY and secrets.compare_digest(first.args[0], token):
                     keep = True
                     return conn, decoder, rest

@@ -71,6 +71,7 @@ _NO_INPUT = (
     '(e.g. a string literal or `IOBuffer("...")`)'
 )
 
+
 def strip_ansi(text: str) -> str:
     """``text`` without terminal escape sequences."""
     return _ANSI.sub("", text)
@@ -464,7 +465,6 @@ async def serve(sessions: Sessions) -> None:
 
 
 # ---- command line ----
-
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -20,7 +20,7 @@ def main(path: str) -> None:
             continue
         runs = [(k, len(list(g))) for k, g in itertools.groupby(map(describe, cell.outputs))]
         shown = " | ".join(k if n == 1 else f"{n} x {k}" for k, n in runs) or "-"
-        print(f"  {'[%s]' % cell.execution_count:>5} {cell.id:<15} {shown}")
+        print(f"  {f'[{cell.execution_count}]':>5} {cell.id:<15} {shown}")
 
 
 if __name__ == "__main__":

@@ -307,9 +307,9 @@ def stop_kernel(km: KernelManager, kc: BlockingKernelClient) -> None:
 
 
 @contextlib.contextmanager
-def shared_kernel() -> Iterator[Kernel]:
+def shared_kernel(name: str = KERNEL_NAME) -> Iterator[Kernel]:
     """A kernel that outlives single tests: the leftover guard ignores its Julia meanwhile."""
-    km, kc = start_kernel()
+    km, kc = start_kernel(name)
     pid = km.provisioner.pid if km.provisioner else None
     assert pid is not None
     SHARED_KERNEL_PIDS.add(pid)

@@ -114,7 +114,7 @@ class _Stripper:
     def is_char_literal(self, i: int) -> bool:
         prev = self.prev_code_char()
         # x', a[i]', f(x)', x'' are adjoints; anything else opens a char literal
-        return not (prev.isalnum() or prev in "_)]}'!" or ord(prev) > 127 and prev.isalpha())
+        return not (prev.isalnum() or prev in "_)]}'!" or (ord(prev) > 127 and prev.isalpha()))
 
     def comment(self, i: int) -> int:
         s = self.s
@@ -465,10 +465,7 @@ def stale(uses: list[Use], sources: list[Source], surface: Surface) -> list[Prob
     used = {u.name for u in uses}
     problems = []
     for key, entry in surface.names.items():
-        if "seen_as" in entry:
-            in_use = evidence_found(entry, sources)
-        else:
-            in_use = key in used
+        in_use = evidence_found(entry, sources) if "seen_as" in entry else key in used
         if "planned" in entry:
             if in_use:
                 msg = f"{key} is used now: delete its `planned` line"

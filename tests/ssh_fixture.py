@@ -12,8 +12,9 @@ and they were re-parented (`session_processes`).
 Sessions do not run the user's ``~/.bashrc``: bash runs it for a command over ssh only as a
 top-level shell (bash's shell.c: ``(run_by_ssh || isnetconn(...)) && shell_level < 2``), and
 ``SHLVL=1`` in the session's environment makes the login shell's level 2. A pyenv rehash lock
-in a ``.bashrc`` once hung every login of the tests; whatever it does is no business of theirs. Clients use ``ssh -F <root>/ssh_config
-jjk-sshd``; Distributed's ``addprocs`` takes the same ``-F`` through ``sshflags``.
+in a ``.bashrc`` once hung every login of the tests; whatever it does is no business of
+theirs. Clients use ``ssh -F <root>/ssh_config jjk-sshd``; Distributed's ``addprocs`` takes
+the same ``-F`` through ``sshflags``.
 """
 
 from __future__ import annotations

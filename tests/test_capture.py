@@ -7,6 +7,7 @@ floods, output around displays, interrupting a flood after a child process ran).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 
 from hypothesis import assume, given, settings
@@ -36,7 +37,7 @@ def _read(stream: bytes, cuts: list[int]) -> list[Piece]:
     s = _Stream("stdout", -1, PREFIX)
     pieces: list[Piece] = []
     bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
-    for a, b in zip(bounds, bounds[1:], strict=False):
+    for a, b in itertools.pairwise(bounds):
         pieces.extend(s.split(stream[a:b]))
     pieces.append((s.seen, s.current, s.tail))
     merged: list[Piece] = []

@@ -198,7 +198,7 @@ def test_worker_output_reaches_the_running_cell(
     """println on every process (and in a remotecall) shows up in that cell's stdout."""
     _, kc, _ = cluster
     assert_everywhere_prints(kc)
-    reply, outputs = execute(
+    _, outputs = execute(
         kc, 'remotecall_fetch(() -> (println("remote hi"); myid()), 2)', CELL_TIMEOUT
     )
     assert "From worker 2:\tremote hi" in text_of(outputs)

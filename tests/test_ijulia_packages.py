@@ -133,7 +133,11 @@ async def test_progressmeter_1_9_resets_stdio_bytes(julia: JuliaSupervisor) -> N
     redrawn with `\\r`, without the terminal's erase-line code."""
     await ok(julia, PROGRESSMETER_1_9, 1)
     out = Output()
-    code = 'IJulia.stdio_bytes[] = 7\nProgressMeterStandIn19.printover(stdout, "50%")\nIJulia.stdio_bytes[]'
+    code = (
+        "IJulia.stdio_bytes[] = 7\n"
+        'ProgressMeterStandIn19.printover(stdout, "50%")\n'
+        "IJulia.stdio_bytes[]"
+    )
     assert await ok(julia, code, 2, out=out) == "0"
     assert "\r" in out.text() and "50%" in out.text(), out.chunks
     assert "\x1b[K" not in out.text(), out.chunks

@@ -470,7 +470,7 @@ def test_mrk_carries_one_whole_frame() -> None:
     ],
 )
 def test_mrk_with_anything_but_one_frame_raises(payload: bytes) -> None:
-    with pytest.raises(ProtocolError, match="MRK|unknown frame kind"):
+    with pytest.raises(ProtocolError, match=r"MRK|unknown frame kind"):
         inner_frame(Frame(FrameKind.MRK, ("1",), payload))
 
 
