@@ -5,7 +5,10 @@
 config and profiles take no part: the real "Julia (supervised)" spec, ipykernel's python3 spec
 written by *this* venv's python (the baseline), and a "late launch" spec that runs the same
 kernel but launches Julia only once ipykernel is imported and the kernel starts (how the kernel
-started Julia before issue 10 item 3; the start-up rows compare). :class:`Kernel` starts one with
+started Julia before issue 10 item 3; the start-up rows compare), the floor of any ipykernel
+subclass (:mod:`bench.bare_kernel`), and, where the machine has one, the real IJulia's spec
+(``JKERNEL_IJULIA_KERNELSPEC``: its folder, as ``IJulia.installkernel`` wrote it; it must run
+the Julia this kernel runs). :class:`Kernel` starts one with
 ``KernelManager`` and runs cells with a plain ``BlockingKernelClient``, polling the shell and
 IOPub sockets itself: no ``execute_interactive``, no output hooks, nothing between the wire and
 the clock but message deserialisation, which both kernels pay alike.
@@ -32,7 +35,19 @@ from jupyter_client.manager import KernelManager
 JULIA = "bench-julia-supervised"
 PYTHON = "bench-python3"
 LATE = "bench-julia-late-launch"
-LABELS = {JULIA: "julia-supervised", PYTHON: "ipykernel", LATE: "julia-supervised (late launch)"}
+IJULIA = "bench-ijulia"
+BARE = "bench-bare-kernel"
+LABELS = {
+    JULIA: "julia-supervised",
+    PYTHON: "ipykernel",
+    LATE: "julia-supervised (late launch)",
+    IJULIA: "IJulia",
+    BARE: "bare ipykernel Kernel",
+}
+# The folder of a real IJulia's kernelspec (kernel.json as IJulia.installkernel writes it):
+# where set, IJulia is measured beside this kernel in every section. docs/development.md says
+# how IJulia was installed on the development machines, outside the checkout.
+IJULIA_KERNELSPEC = "JKERNEL_IJULIA_KERNELSPEC"
 # The kernel as `python -m jutul_jkernel` runs it, minus the launch before ipykernel's imports.
 _LATE_LAUNCH = (
     "from jutul_jkernel.app import JuliaKernelApp; from jutul_jkernel.__main__ import app_options; "
@@ -57,7 +72,8 @@ class BenchError(RuntimeError):
 class JupyterEnv:
     """Kernelspecs in a temporary prefix; Jupyter and IPython directories redirected there."""
 
-    def __init__(self) -> None:
+    def __init__(self, ijulia: Path | None = None) -> None:
+        self.ijulia = ijulia
         self.root = Path(tempfile.mkdtemp(prefix="jutul-bench-"))
         self.prefix = self.root / "prefix"
         self.logs = self.root / "logs"
@@ -113,12 +129,29 @@ class JupyterEnv:
         spec["display_name"] = "Julia (supervised, late launch)"
         (kernels / LATE).mkdir()
         (kernels / LATE / "kernel.json").write_text(json.dumps(spec, indent=2))
-        for name in (JULIA, PYTHON, LATE):
+        bare = {
+            "argv": [sys.executable, "-m", "bench.bare_kernel", "-f", "{connection_file}"],
+            "display_name": LABELS[BARE],
+            "language": "none",
+            "env": {"PYTHONPATH": str(REPO)},
+        }
+        (kernels / BARE).mkdir()
+        (kernels / BARE / "kernel.json").write_text(json.dumps(bare, indent=2))
+        names = [JULIA, PYTHON, LATE, BARE]
+        if self.ijulia is not None:
+            (kernels / IJULIA).mkdir()
+            shutil.copy(self.ijulia / "kernel.json", kernels / IJULIA / "kernel.json")
+            names.append(IJULIA)
+        for name in names:
             self.specs[name] = json.loads((kernels / name / "kernel.json").read_text())
         baseline_python = self.specs[PYTHON]["argv"][0]
         if os.path.realpath(baseline_python) != os.path.realpath(sys.executable):
             msg = f"the python3 baseline spec runs {baseline_python}, not {sys.executable}"
             raise BenchError(msg)
+
+    @property
+    def has_ijulia(self) -> bool:
+        return IJULIA in self.specs
 
     def log_path(self, what: str) -> Path:
         n = len(list(self.logs.iterdir()))
@@ -264,7 +297,8 @@ class Kernel:
         return int(pid)
 
     def julia_processes(self) -> list[psutil.Process]:
-        """Julia processes started by this kernel (direct children named julia)."""
+        """Julia processes started by this kernel (direct children named julia; none for
+        IJulia, whose kernel process is Julia itself)."""
         try:
             children = psutil.Process(self.pid).children(recursive=False)
         except psutil.NoSuchProcess:
@@ -497,3 +531,38 @@ class Kernel:
                 return
         msg = f"{self.label}: {msg_id} never went busy"
         raise BenchError(msg)
+
+
+def ijulia_kernelspec() -> Path | None:
+    """The folder ``JKERNEL_IJULIA_KERNELSPEC`` names, checked; None where it is unset."""
+    where = os.environ.get(IJULIA_KERNELSPEC)
+    if not where:
+        return None
+    folder = Path(where)
+    if not (folder / "kernel.json").is_file():
+        msg = f"{IJULIA_KERNELSPEC}={where}: no kernel.json there (the folder of IJulia's spec)"
+        raise BenchError(msg)
+    return folder
+
+
+def julia_version(julia: str) -> str:
+    """What ``julia --version`` prints, or why it could not run."""
+    try:
+        done = subprocess.run([julia, "--version"], capture_output=True, text=True, timeout=60)
+    except OSError as exc:
+        return f"cannot run {julia}: {exc}"
+    return done.stdout.strip() or done.stderr.strip()
+
+
+def check_same_julia(ijulia: Path, julia: str) -> str:
+    """The Julia version both kernels run; a BenchError where IJulia's spec runs another."""
+    spec = json.loads((ijulia / "kernel.json").read_text())
+    theirs, ours = julia_version(spec["argv"][0]), julia_version(julia)
+    if theirs != ours:
+        msg = (
+            f"IJulia's kernelspec runs {spec['argv'][0]} ({theirs}) but this kernel runs "
+            f"`{julia}` ({ours}): put that Julia's bin folder first on PATH, so that both "
+            "kernels run the same Julia"
+        )
+        raise BenchError(msg)
+    return ours

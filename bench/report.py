@@ -94,7 +94,9 @@ def verdict(target: str, value: float | None, base: float | None) -> bool | None
 def _subject(key: str) -> str:
     return {
         "julia": "julia-supervised",
+        "ijulia": "IJulia",
         "ipykernel": "ipykernel",
+        "kfloor": "bare ipykernel Kernel",
         "bare": "bare julia -e nothing",
         "floor": "Julia to /dev/null",
         "late": "late launch",
@@ -102,10 +104,11 @@ def _subject(key: str) -> str:
 
 
 def rows(specs: Sequence[RowSpec], samples: dict[str, list[float]], **fmt: str) -> list[Row]:
-    """The rows whose samples were measured; ``fmt`` fills ``{size}`` and the like in labels."""
+    """The rows whose samples (value and baseline) were measured; ``fmt`` fills ``{size}`` and
+    the like in labels. A row against IJulia is left out where IJulia was not measured."""
     out = []
     for spec in specs:
-        if spec.value not in samples:
+        if spec.value not in samples or (spec.base and spec.base not in samples):
             continue
         xs = samples[spec.value]
         value = stat(xs, spec.stat)
@@ -141,7 +144,7 @@ def fmt(value: float | None, unit: str) -> str:
 
 def table(got: Sequence[Row]) -> str:
     """The rows as an aligned text table, one block per section."""
-    head = ("metric", "julia-supervised", "baseline", "ratio", "target", "met", "n", "note")
+    head = ("metric", "value", "baseline", "ratio", "target", "met", "n", "note")
     cells: list[tuple[str, ...] | str] = []
     section = None
     for r in got:

@@ -3,6 +3,8 @@
     python -m bench                          # everything (about 10 minutes here)
     python -m bench --quick                  # fewer repetitions, 128 MiB instead of 1 GiB
     python -m bench --only startup,restart --json /tmp/start.json
+    JKERNEL_IJULIA_KERNELSPEC=/opt/ijulia-1.34.4/kernels/ijulia-110 \
+        PATH=/opt/julia-1.10.0/bin:$PATH python -m bench     # beside the real IJulia
 
 A section that fails is reported as failed and the others still run; the exit status is then 1.
 """
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import cases
-from .harness import REPO, JupyterEnv
+from .harness import REPO, BenchError, JupyterEnv, check_same_julia, ijulia_kernelspec
 from .report import Row, rows, table, write_json
 
 DEFAULT_JSON = REPO / "bench" / "results" / "latest.json"
@@ -91,14 +93,23 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     plan = cases.QUICK if args.quick else cases.Plan()
     names = _selected(args.only)
+    try:
+        ijulia = ijulia_kernelspec()
+        same_julia = check_same_julia(ijulia, cases.JULIA_EXE) if ijulia else None
+    except BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
     meta = _meta(plan)
+    meta["ijulia"] = str(ijulia) if ijulia else None
     got: list[Row] = []
     samples: dict[str, Any] = {}
     failed = []
     t_all = time.perf_counter()
     print(f"bench: {'quick' if plan.quick else 'full'} run of {', '.join(names)}; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
-    with JupyterEnv() as env:
+    print(f"IJulia: {ijulia}, on {same_julia}" if ijulia else
+          "IJulia: not measured (JKERNEL_IJULIA_KERNELSPEC is not set)")  # fmt: skip
+    with JupyterEnv(ijulia) as env:
         for name in names:
             load0, t0 = os.getloadavg()[0], time.perf_counter()
             print(f"\n-- {name} ...", flush=True)
