@@ -26,7 +26,17 @@ from typing import Any
 
 import psutil
 
-from .harness import BARE, IJULIA, JULIA, LATE, PYTHON, BenchError, CellRun, JupyterEnv, Kernel
+from .harness import (
+    BARE,
+    IJULIA,
+    JULIA,
+    LATE,
+    PYTHON,
+    BenchError,
+    CellRun,
+    JupyterEnv,
+    Kernel,
+)
 from .report import RowSpec
 
 JULIA_EXE = "julia"

@@ -50,7 +50,8 @@ LABELS = {
 IJULIA_KERNELSPEC = "JKERNEL_IJULIA_KERNELSPEC"
 # The kernel as `python -m jutul_jkernel` runs it, minus the launch before ipykernel's imports.
 _LATE_LAUNCH = (
-    "from jutul_jkernel.app import JuliaKernelApp; from jutul_jkernel.__main__ import app_options; "
+    "from jutul_jkernel.jupyter.app import JuliaKernelApp; "
+    "from jutul_jkernel.__main__ import app_options; "
     "JuliaKernelApp.launch_instance(**app_options())"
 )
 
@@ -118,7 +119,9 @@ class JupyterEnv:
     def _install(self) -> None:
         prefix = str(self.prefix)
         # --no-doctor: the doctor's own seconds are no part of any benchmark.
-        self._run("-m", "jutul_jkernel.install", "--prefix", prefix, "--name", JULIA, "--no-doctor")
+        self._run(
+            "-m", "jutul_jkernel.tools.install", "--prefix", prefix, "--name", JULIA, "--no-doctor"
+        )
         self._run("-m", "ipykernel", "install", "--prefix", prefix, "--name", PYTHON)
         kernels = self.prefix / "share" / "jupyter" / "kernels"
         spec = json.loads((kernels / JULIA / "kernel.json").read_text())

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import queue
+import shutil
 import socket
 import statistics
 import subprocess
@@ -57,7 +58,7 @@ def _install() -> str:
         [
             sys.executable,
             "-m",
-            "jutul_jkernel.install",
+            "jutul_jkernel.tools.install",
             *("--prefix", prefix, "--name", "jj-matrix"),
             "--no-doctor",  # the doctor's seconds are no part of the matrix
         ],
@@ -123,9 +124,12 @@ def main() -> int:
 
         ssh = SshServer.start(Path(tempfile.mkdtemp(prefix="jj-matrix-ssh-")))
         shapes.update(SSH_SHAPE)
+        # The julia on PATH, as the kernel runs it (an ssh login lacks the kernel's environment:
+        # tests/test_distributed_ssh.py _remote_julia says why).
+        remote = shutil.which("julia") or "julia"
         setup += (
             f'; ssh_workers = addprocs([("{ssh.host} 127.0.0.1", 2)]; sshflags = {ssh.sshflags}, '
-            "exename = joinpath(Sys.BINDIR, Base.julia_exename()))"
+            f'exename = "{remote}")'
         )
     km = KernelManager(kernel_name=_install())
     km.start_kernel()

@@ -11,7 +11,7 @@ import asyncio
 import sys
 import time
 
-from jutul_jkernel.supervisor import JuliaDiedError, JuliaSupervisor
+from jutul_jkernel.supervisor.julia_supervisor import JuliaDiedError, JuliaSupervisor
 
 
 def show_output(stream: str, data: bytes) -> None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import atexit
 from typing import Any
 
-from .kernel_supervisor import supervisor_from_env  # imports nothing of Jupyter, nor Xvfb
+from jutul_jkernel.supervisor.from_env import (
+    supervisor_from_env,  # imports nothing of Jupyter, nor Xvfb
+)
 
 
 def main() -> None:
@@ -20,8 +22,8 @@ def main() -> None:
     # Should ipykernel fail to import or to set up (or print --help and exit), Julia goes too.
     atexit.register(supervisor.kill_now)
 
-    from .app import JuliaKernelApp
-    from .kernel import JuliaKernel
+    from jutul_jkernel.jupyter.app import JuliaKernelApp
+    from jutul_jkernel.jupyter.kernel import JuliaKernel
 
     JuliaKernel.prepared_supervisor = supervisor
     JuliaKernelApp.launch_instance(**app_options())
@@ -29,7 +31,7 @@ def main() -> None:
 
 def app_options() -> dict[str, Any]:
     """The IPKernelApp options of this kernel (the bench's late-launch kernelspec uses them too)."""
-    from .kernel import JuliaKernel
+    from jutul_jkernel.jupyter.kernel import JuliaKernel
 
     # No OutStream: this process prints nothing a user should see (Julia's output travels
     # over the supervisor's socket), and flushing OutStreams costs two IOPub-thread round

@@ -47,7 +47,7 @@ STARTUP_FILE = "JUTUL_JKERNEL_STARTUP_FILE"
 CLAIMS = "JUTUL_JKERNEL_CLAIMS"
 # The inherited pipe's fd that Julia moves its fd 1 onto (POSIX only; unset on Windows).
 STDOUT_FD = "JUTUL_JKERNEL_STDOUT_FD"
-# The random output marker Julia writes into its fd 1 and fd 2 (see capture.py).
+# The random output marker Julia writes into its fd 1 and fd 2 (see supervisor/pipes.py).
 MARK = "JUTUL_JKERNEL_MARK"
 
 # What a user may set (docs/configuration.md describes each).

@@ -22,7 +22,7 @@ id order, each with one or more edits, applied in order:
     env = { JKERNEL_STORM_INTERRUPTS = "20" }  # optional, for its tests' run
     julia_needs = 'isdefined(Base, :x)'  # optional: where its tests can fail (below)
     [[mutant.edit]]
-    file = "jutul_jkernel/escalation.py"
+    file = "jutul_jkernel/supervisor/interrupts.py"
     find = '(?re)^_BURST_COUNT = \d+$'
     replace = '_BURST_COUNT = 0'
 

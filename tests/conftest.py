@@ -22,7 +22,7 @@ import zmq
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from jutul_jkernel.supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
 
 # Every fixture-made supervisor gets this much time to start; a cold Julia needs ~1 s here.
 STARTUP_TIMEOUT = 60.0
@@ -240,7 +240,7 @@ def install_spec(prefix: Path, name: str, *args: str) -> None:
         [
             sys.executable,
             "-m",
-            "jutul_jkernel.install",
+            "jutul_jkernel.tools.install",
             "--prefix",
             str(prefix),
             "--name",

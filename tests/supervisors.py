@@ -14,11 +14,18 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from jutul_jkernel.results import ExecutionResult
-from jutul_jkernel.sink import OutputSink
-from jutul_jkernel.supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.output_sink import OutputSink
+from jutul_jkernel.supervisor.results import ExecutionResult
 
-from .conftest import SHARED, STARTUP_TIMEOUT, WARM_UP_BOUND, WARM_UP_POLL, Output, StartSignal
+from .conftest import (
+    SHARED,
+    STARTUP_TIMEOUT,
+    WARM_UP_BOUND,
+    WARM_UP_POLL,
+    Output,
+    StartSignal,
+)
 
 # Bounds for the interrupt cases: each must end well within the escalation's own budget
 # (INT 0.05 s + SIGINT 2 s + burst 0.25 s + 3 s + restart).

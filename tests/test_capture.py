@@ -1,4 +1,4 @@
-"""The supervisor's side of Julia's output pipes (capture.py) on real pipes, without Julia.
+"""The supervisor's side of Julia's output pipes (supervisor/pipes.py) on real pipes, without Julia.
 
 Julia's side is tested through the supervisor and the kernel (test_supervisor_julia.py: C
 floods, output around displays, interrupting a flood after a child process ran).
@@ -13,7 +13,7 @@ import os
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from jutul_jkernel.capture import (
+from jutul_jkernel.supervisor.pipes import (
     DRAIN,
     TO_STDERR,
     TO_STDOUT,

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jutul_jkernel.supervisor import ExecutionResult, JuliaSupervisor
+from jutul_jkernel.supervisor.julia_supervisor import ExecutionResult, JuliaSupervisor
 
 from .conftest import STARTUP_TIMEOUT, Output, StartSignal, private_depot
 from .supervisors import CELL_BOUND, INTERRUPT_BOUND, run, started_or_ended, stop_cell

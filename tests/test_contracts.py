@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from jutul_jkernel.supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
 
 from . import supervisors
 from .conftest import STARTUP_TIMEOUT, Output, StartSignal, strip_ansi

@@ -26,7 +26,13 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 from .clients import collect, drain, execute, result_of, text_of
-from .conftest import SHARED_KERNEL_PIDS, START_TIMEOUT, julia_of, start_kernel, stop_kernel
+from .conftest import (
+    SHARED_KERNEL_PIDS,
+    START_TIMEOUT,
+    julia_of,
+    start_kernel,
+    stop_kernel,
+)
 from .ssh_fixture import SshServer
 from .test_distributed import assert_everywhere_prints, sigint_a_running_cell
 
@@ -85,12 +91,24 @@ def test_sessions_do_not_run_the_users_bashrc(ssh_server: SshServer) -> None:
     assert done.stdout.strip() == "2", (done.stdout, done.stderr)
 
 
+def _remote_julia() -> str:
+    """The julia the workers run over ssh: the one the kernel runs, as a user names theirs.
+
+    An ssh session has the login's environment, not the kernel's, so the workers cannot take
+    Julia's own path: where Debian's Julia 1.5.3 runs through make setup's launcher (its own
+    libunwind, scripts/ensure-julia.sh), /usr/bin/julia over ssh would have the system's and
+    crash on the interrupt these tests send."""
+    found = shutil.which(os.environ.get("JUTUL_JKERNEL_JULIA", "julia"))
+    assert found is not None, "no julia on PATH"
+    return found
+
+
 def _add_ssh_workers(kc: BlockingKernelClient, server: SshServer, workdir: Path) -> list[int]:
     """addprocs(2) on the sshd's host from a cell; return the workers' OS pids."""
     code = (
         "using Distributed; "
         f'addprocs([("{server.host} 127.0.0.1", 2)]; sshflags = {server.sshflags}, '
-        f'exename = joinpath(Sys.BINDIR, Base.julia_exename()), dir = "{workdir}"); '
+        f'exename = "{_remote_julia()}", dir = "{workdir}"); '
         "nworkers()"
     )
     reply, outputs = execute(kc, code, ADDPROCS_TIMEOUT)

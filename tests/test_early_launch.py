@@ -17,7 +17,7 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from jutul_jkernel.supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
 
 from .clients import execute, result_of
 from .conftest import STARTUP_TIMEOUT, julia_descendants
@@ -32,7 +32,7 @@ ENTRY_BOUND = 60.0
 _ENTRY_PROBE = textwrap.dedent(
     """
     import sys
-    from jutul_jkernel import supervisor
+    from jutul_jkernel.supervisor import julia_supervisor as supervisor
 
     events = []
     supervisor.JuliaSupervisor.launch = lambda self: events.append("launch")

@@ -13,10 +13,16 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from jutul_jkernel.supervisor import JuliaStartupError, JuliaSupervisor
+from jutul_jkernel.supervisor.julia_supervisor import JuliaStartupError, JuliaSupervisor
 
 from .clients import collect, execute, reply_to, result_of, text_of
-from .conftest import StartSignal, install_spec, julia_descendants, julia_of, stop_kernel
+from .conftest import (
+    StartSignal,
+    install_spec,
+    julia_descendants,
+    julia_of,
+    stop_kernel,
+)
 
 pytestmark = pytest.mark.e2e
 

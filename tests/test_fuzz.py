@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, Phase, assume, example, given, settings
 from hypothesis import strategies as st
 
 from jutul_jkernel import _resources
-from jutul_jkernel.protocol import (
+from jutul_jkernel.protocol.wire import (
     MAX_HEADER_BYTES,
     MAX_PAYLOAD_BYTES,
     Decoder,
@@ -40,7 +40,7 @@ from jutul_jkernel.protocol import (
     ProtocolError,
     encode,
 )
-from jutul_jkernel.supervisor import JuliaDiedError, JuliaSupervisor
+from jutul_jkernel.supervisor.julia_supervisor import JuliaDiedError, JuliaSupervisor
 
 from .clients import execute, result_of
 from .conftest import STARTUP_TIMEOUT, start_kernel, stop_kernel
@@ -76,10 +76,10 @@ JULIA_SETTINGS = settings(
 )
 
 
-# ==== a reference for the frame format, independent of protocol.py ====
+# ==== a reference for the frame format, independent of protocol/wire.py ====
 
 # Written from the format as julia/JKernel/src/wire.jl's header documents it: the kinds, how
-# many arguments each takes, what each argument may be. protocol.py must agree with it, not
+# many arguments each takes, what each argument may be. protocol/wire.py must agree with it, not
 # with itself.
 _REF_ID = rb"[1-9][0-9]{0,17}"
 _REF_ARG = rb"[!-~]+"  # printable ASCII, no space
@@ -141,7 +141,7 @@ def reference_parse(data: bytes, eof: bool) -> tuple[list[RefFrame], bool]:
 
 
 def _decoder_verdict(data: bytes, cuts: list[int]) -> list[RefFrame] | None:
-    """What protocol.py makes of ``data`` then EOF: its frames, or None if it raised."""
+    """What protocol/wire.py makes of ``data`` then EOF: its frames, or None if it raised."""
     try:
         frames, dec = _feed_in_chunks(data, cuts)
         dec.check_eof()
@@ -154,9 +154,9 @@ def _agrees_with_reference(data: bytes, cuts: list[int]) -> None:
     ref_frames, malformed = reference_parse(data, eof=True)
     got = _decoder_verdict(data, cuts)
     if malformed:
-        assert got is None, f"protocol.py accepted a malformed stream: {data[:120]!r}"
+        assert got is None, f"protocol/wire.py accepted a malformed stream: {data[:120]!r}"
     else:
-        assert got == ref_frames, f"protocol.py rejected or misread {data[:120]!r}"
+        assert got == ref_frames, f"protocol/wire.py rejected or misread {data[:120]!r}"
 
 
 # ==== the decoder alone: random bytes decode or raise ProtocolError, nothing else ====
@@ -328,7 +328,7 @@ def _garbage() -> st.SearchStrategy[tuple[bytes, bool]]:
 
 
 def _model_error(data: bytes, close: bool) -> str | None:
-    """The ProtocolError protocol.py raises for ``data`` (then EOF if ``close``), or None if
+    """The ProtocolError protocol/wire.py raises for ``data`` (then EOF if ``close``), or None if
     it raises none or first decodes a whole frame (which the supervisor would act on)."""
     dec = Decoder()
     try:
@@ -412,12 +412,12 @@ def test_garbage_from_julia_fails_the_cell_and_the_next_runs_fresh(
     naming the protocol error, within a bound; the next cell on the same supervisor runs in a
     fresh Julia and says that state was lost."""
     data, close = garbage
-    # The reference parser, not protocol.py, decides what is malformed. Whole frames first
+    # The reference parser, not protocol/wire.py, decides what is malformed. Whole frames first
     # (the supervisor acts on them), or an incomplete frame on an open socket, are not tested.
     ref_frames, malformed = reference_parse(data, eof=close)
     assume(malformed and not ref_frames)
     expected = _model_error(data, close)
-    assert expected is not None, f"protocol.py accepts a malformed stream: {data[:120]!r}"
+    assert expected is not None, f"protocol/wire.py accepts a malformed stream: {data[:120]!r}"
     t0 = time.perf_counter()
     sup = holder.sup
     try:
@@ -792,7 +792,7 @@ def test_server_answers_odd_frames_and_exits_86_on_malformed_ones(
     _server_examples.append(time.perf_counter() - t0)
 
 
-# Numbers protocol.py rejects (it takes [1-9][0-9]* and 0 only). server.jl must agree, not read
+# Numbers protocol/wire.py rejects (it takes [1-9][0-9]* and 0 only). server.jl must agree, not read
 # "0x10" as 16 or "+1" as 1: the two decoders share one format ("change both or neither").
 NON_CANONICAL = {
     "hex id": b"SYN 0x10 0\n",
@@ -808,7 +808,7 @@ NON_CANONICAL = {
 @pytest.mark.integration
 @pytest.mark.parametrize("case", list(NON_CANONICAL))
 def test_server_rejects_what_protocol_py_rejects(raw_log_dir: Path, case: str) -> None:
-    """A header protocol.py would refuse is a protocol error for server.jl too (exit 86)."""
+    """A header protocol/wire.py would refuse is a protocol error for server.jl too (exit 86)."""
     data = NON_CANONICAL[case]
     with pytest.raises(ProtocolError):
         d = Decoder()

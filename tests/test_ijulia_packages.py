@@ -31,9 +31,9 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 from jutul_jkernel import _resources
-from jutul_jkernel.results import ExecutionResult
-from jutul_jkernel.sink import Display, OutputSink
-from jutul_jkernel.supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.output_sink import Display, OutputSink
+from jutul_jkernel.supervisor.results import ExecutionResult
 
 from .clients import execute
 from .conftest import STARTUP_TIMEOUT, Output

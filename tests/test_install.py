@@ -21,8 +21,8 @@ import jupyter_core.paths
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
-from jutul_jkernel import install, julia_setup
 from jutul_jkernel._resources import kernelspec_dir
+from jutul_jkernel.tools import install, julia_setup
 
 from .conftest import start_kernel, stop_kernel
 from .test_doctor import ROWS, julia_binary
@@ -400,7 +400,14 @@ def test_module_entry_point(prefix: Path) -> None:
     env = os.environ.copy()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     done = subprocess.run(
-        [sys.executable, "-m", "jutul_jkernel.install", "--prefix", str(prefix), "--no-doctor"],
+        [
+            sys.executable,
+            "-m",
+            "jutul_jkernel.tools.install",
+            "--prefix",
+            str(prefix),
+            "--no-doctor",
+        ],
         capture_output=True,
         text=True,
         timeout=_SUBPROCESS_TIMEOUT,

@@ -16,8 +16,8 @@ import time
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
-from jutul_jkernel.sink import OutputSink
-from jutul_jkernel.supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.output_sink import OutputSink
 
 from .clients import (
     INTERRUPT_TIMEOUT,

@@ -140,7 +140,14 @@ def _lab_environment(base: Path) -> dict[str, str]:
     prefix = base / "prefix"
     done = subprocess.run(
         # --no-doctor: tested in test_doctor.py, and seconds per install.
-        [sys.executable, "-m", "jutul_jkernel.install", "--prefix", str(prefix), "--no-doctor"],
+        [
+            sys.executable,
+            "-m",
+            "jutul_jkernel.tools.install",
+            "--prefix",
+            str(prefix),
+            "--no-doctor",
+        ],
         capture_output=True,
         text=True,
         timeout=120,

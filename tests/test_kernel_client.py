@@ -494,7 +494,7 @@ def test_kernel_log_has_no_tracebacks(kernel_env: dict[str, str], tmp_path: Path
 
 def test_debug_logs_each_message(kernel_env: dict[str, str], tmp_path: Path) -> None:
     """With --debug the kernel logs each message it handles (ipykernel's DEBUG lines), and
-    without it none: the app's logger follows its handlers' level (app.py)."""
+    without it none: the app's logger follows its handlers' level (jupyter/app.py)."""
     logs = {}
     for args in ([], ["--debug"]):
         log = tmp_path / f"kernel{len(args)}.log"

@@ -18,7 +18,15 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from .clients import collect, drain, execute, reply_to, result_of, text_of, wait_until_warm
+from .clients import (
+    collect,
+    drain,
+    execute,
+    reply_to,
+    result_of,
+    text_of,
+    wait_until_warm,
+)
 
 # The storm, the soak and the volume share one kernel: conftest's module-scoped ``kernel``.
 pytestmark = pytest.mark.e2e

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from jutul_jkernel import _resources
-from jutul_jkernel.supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
 
 from .conftest import STARTUP_TIMEOUT
 

@@ -1,4 +1,4 @@
-"""Unit tests for the frame codec in ``jutul_jkernel.protocol`` (pure bytes, no I/O)."""
+"""Unit tests for the frame codec in ``jutul_jkernel.protocol.wire`` (pure bytes, no I/O)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jutul_jkernel.payloads import comm_of, encode_comm
-from jutul_jkernel.protocol import (
+from jutul_jkernel.protocol.wire import (
     MAX_HEADER_BYTES,
     MAX_PAYLOAD_BYTES,
     OUTPUT_STREAMS,
@@ -23,7 +22,8 @@ from jutul_jkernel.protocol import (
     encode,
     inner_frame,
 )
-from jutul_jkernel.sink import CommMessage
+from jutul_jkernel.supervisor.frame_payloads import comm_of, encode_comm
+from jutul_jkernel.supervisor.output_sink import CommMessage
 
 VALID_ARGS: dict[FrameKind, tuple[str, ...]] = {
     FrameKind.RDY: ("a3f9c0ffee",),
@@ -474,7 +474,7 @@ def test_mrk_with_anything_but_one_frame_raises(payload: bytes) -> None:
         inner_frame(Frame(FrameKind.MRK, ("1",), payload))
 
 
-# ---- comm messages (payloads.py): a JSON head, then the buffers it counts ----
+# ---- comm messages (supervisor/frame_payloads.py): a JSON head, then the buffers it counts ----
 
 
 def _cmm(head: dict[str, object], buffers: bytes = b"", eid: int = 7) -> Frame:

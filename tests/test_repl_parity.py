@@ -21,8 +21,8 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
 from jutul_jkernel import _resources
-from jutul_jkernel.sink import Display, OutputSink
-from jutul_jkernel.supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.output_sink import Display, OutputSink
 
 from .clients import REPLY_TIMEOUT, collect, execute, result_of, text_of
 from .conftest import STARTUP_TIMEOUT, Kernel, private_depot, shared_kernel

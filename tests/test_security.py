@@ -30,7 +30,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 from jupyter_client.session import Session
 
-from jutul_jkernel.supervisor import JuliaStartupError, JuliaSupervisor
+from jutul_jkernel.supervisor.julia_supervisor import JuliaStartupError, JuliaSupervisor
 
 from .clients import REPLY_TIMEOUT, execute, result_of
 from .conftest import (
@@ -151,7 +151,7 @@ async def test_impostors_are_refused_and_logged(
             s.close()
         """,
     )
-    caplog.set_level(logging.WARNING, logger="jutul_jkernel.handshake")
+    caplog.set_level(logging.WARNING, logger="jutul_jkernel.supervisor.handshake")
     report = tmp_path / "address"
     sup = JuliaSupervisor(
         julia=fake, env={"FAKE_REPORT": str(report)}, startup_timeout=STARTUP_TIMEOUT
@@ -164,7 +164,7 @@ async def test_impostors_are_refused_and_logged(
     refusals = [
         r.getMessage()
         for r in caplog.records
-        if r.name == "jutul_jkernel.handshake" and r.levelno >= logging.WARNING
+        if r.name == "jutul_jkernel.supervisor.handshake" and r.levelno >= logging.WARNING
     ]
     assert len([m for m in refusals if m.startswith("refused a connection")]) == 3, refusals
     assert any("not RDY with the right token" in m for m in refusals), refusals

@@ -1,9 +1,9 @@
 """Settings live in one place, and the modules that start Julia import only what they use.
 
-``jutul_jkernel/settings.py`` names every ``JUTUL_JKERNEL_*`` variable and parses the ones
-Python reads; ``julia_options.py`` holds the Julia options the installer, the agent and the
-doctor share; ``kernel_supervisor.py`` imports the Xvfb module only for a kernel that asks for
-a private display. No Julia runs here: the import checks run in a fresh Python each, since this
+``jutul_jkernel/settings.py`` names every ``JUTUL_JKERNEL_*`` variable and parses the ones Python
+reads; ``supervisor/julia_options.py`` holds the Julia options the installer, the agent and the
+doctor share; ``supervisor/from_env.py`` imports the Xvfb module only for a kernel that asks for a
+private display. No Julia runs here: the import checks run in a fresh Python each, since this
 process has imported everything already.
 """
 
@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from jutul_jkernel import doctor, settings
+from jutul_jkernel import settings
+from jutul_jkernel.tools import doctor
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "jutul_jkernel"
@@ -47,12 +48,12 @@ def _fresh_python(code: str, env: dict[str, str]) -> list[str]:
 
 _BUILD_THE_KERNELS_SUPERVISOR = """
     import sys
-    import jutul_jkernel.kernel  # the kernel class's module, as the app imports it
+    import jutul_jkernel.jupyter.kernel  # the kernel class's module, as the app imports it
     from jutul_jkernel.__main__ import supervisor_from_env
 
     supervisor = supervisor_from_env()  # builds it; launch() would start Julia
     print(type(supervisor).__name__)
-    print("jutul_jkernel.xvfb" in sys.modules)
+    print("jutul_jkernel.supervisor.xvfb" in sys.modules)
 """
 
 
@@ -65,7 +66,7 @@ def test_the_xvfb_module_is_imported_only_for_a_kernel_with_a_private_display(
     xvfb: str | None, supervisor: str, imported: str
 ) -> None:
     """Without JUTUL_JKERNEL_XVFB the kernel's entry point and kernel class build a plain
-    supervisor and never import jutul_jkernel.xvfb; with it, a headless one (Xvfb is only
+    supervisor and never import jutul_jkernel.supervisor.xvfb; with it, a headless one (Xvfb is only
     named here, not started)."""
     env = {k: v for k, v in os.environ.items() if k != settings.XVFB}
     if xvfb is not None:
@@ -74,12 +75,13 @@ def test_the_xvfb_module_is_imported_only_for_a_kernel_with_a_private_display(
 
 
 def test_the_agent_and_the_doctor_import_nothing_of_jupyter() -> None:
-    """Their Julia options come from julia_options.py, not from the installer, which imports
-    jupyter_client's KernelSpecManager."""
+    """Their Julia options come from supervisor/julia_options.py, not from the installer, which
+    imports jupyter_client's KernelSpecManager."""
     code = """
         import sys
-        import jutul_jkernel.agent, jutul_jkernel.doctor
-        heavy = ("jutul_jkernel.install", "jupyter_client", "ipykernel", "jutul_jkernel.xvfb")
+        import jutul_jkernel.agents.agent, jutul_jkernel.tools.doctor
+        heavy = ("jutul_jkernel.tools.install", "jupyter_client", "ipykernel",
+                 "jutul_jkernel.supervisor.xvfb")
         print(sorted(m for m in heavy if m in sys.modules))
     """
     assert _fresh_python(code, dict(os.environ)) == ["[]"]
@@ -113,7 +115,7 @@ def _constants() -> dict[str, str]:
 def test_every_name_the_code_spells_is_in_the_list() -> None:
     """Each JUTUL_JKERNEL_* name in the package or in the Julia side is a settings.py
     constant (scripts/ and tests/ have names of their own, like JUTUL_JKERNEL_CHROMIUM)."""
-    sources = [*PACKAGE.glob("*.py"), *(ROOT / "julia").rglob("*.jl")]
+    sources = [*PACKAGE.rglob("*.py"), *(ROOT / "julia").rglob("*.jl")]
     spelled = {m for path in sources for m in NAME.findall(path.read_text(encoding="utf-8"))}
     assert spelled, "no JUTUL_JKERNEL_ name found: the pattern or the paths are wrong"
     assert spelled <= set(_constants()), sorted(spelled - set(_constants()))
@@ -153,7 +155,7 @@ def test_code_outside_settings_uses_the_constants() -> None:
     """No module of the package but settings.py spells a name in its code."""
     spelled = {
         path.name: names
-        for path in sorted(PACKAGE.glob("*.py"))
+        for path in sorted(PACKAGE.rglob("*.py"))
         if path.name != "settings.py" and (names := _spelled_in_code(path))
     }
     assert spelled == {}

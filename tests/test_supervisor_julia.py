@@ -19,13 +19,20 @@ import psutil
 import pytest
 import pytest_asyncio
 
-from jutul_jkernel import escalation, protocol
-from jutul_jkernel.errors import JuliaDiedError, JuliaStartupError
-from jutul_jkernel.results import ExecutionResult
-from jutul_jkernel.sink import Display, OutputSink
-from jutul_jkernel.supervisor import JuliaSupervisor
+from jutul_jkernel.protocol import wire as protocol
+from jutul_jkernel.supervisor import interrupts as escalation
+from jutul_jkernel.supervisor.errors import JuliaDiedError, JuliaStartupError
+from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.output_sink import Display, OutputSink
+from jutul_jkernel.supervisor.results import ExecutionResult
 
-from .conftest import STARTUP_TIMEOUT, Output, StartSignal, julia_descendants, private_depot
+from .conftest import (
+    STARTUP_TIMEOUT,
+    Output,
+    StartSignal,
+    julia_descendants,
+    private_depot,
+)
 from .supervisors import (
     CELL_BOUND,
     INTERRUPT_BOUND,
@@ -1184,7 +1191,7 @@ async def test_shutdown_when_idle_closes_cleanly() -> None:
 
 SUPERVISOR_SCRIPT = """
 import asyncio, sys
-from jutul_jkernel.supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
 async def main():
     sup = JuliaSupervisor()
     await sup.start()
@@ -1401,7 +1408,7 @@ async def test_malformed_frame_from_julia_is_a_protocol_error(julia: JuliaSuperv
 
 def test_frame_kinds_match_the_server() -> None:
     """The kinds the JKernel package's code sends and accepts (with their arity) are
-    protocol.py's, each in one direction only; wire.jl's FrameKind constants name exactly
+    protocol/wire.py's, each in one direction only; wire.jl's FrameKind constants name exactly
     those, every send names its kind through them, and the header of wire.jl documents
     exactly those."""
     from jutul_jkernel import _resources

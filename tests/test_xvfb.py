@@ -22,7 +22,7 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from jutul_jkernel.xvfb import Xvfb, XvfbError
+from jutul_jkernel.supervisor.xvfb import Xvfb, XvfbError
 
 from .clients import execute, result_of, text_of
 from .conftest import install_spec, julia_descendants, start_kernel, stop_kernel

@@ -353,7 +353,7 @@ function redirect_output!()
         # The supervisor reads both pipes: fd 2 is one from the start, and `fd` is the write
         # end of the other, moved onto fd 1 here (so start-up messages stayed in the log).
         SUPERVISOR_READS[] = true
-        # The codes after the prefix are capture.py's DRAIN, TO_STDERR and TO_STDOUT.
+        # The codes after the prefix are supervisor/pipes.py's DRAIN, TO_STDERR and TO_STDOUT.
         prefix = "\0\x1fJJK" * mark
         append!(empty!(MARK), codeunits(prefix * "\x1f\0"))
         append!(empty!(TO_STDERR), codeunits(prefix * "e\0"))

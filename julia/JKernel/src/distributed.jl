@@ -18,7 +18,7 @@ const WORKER_PING_WAIT = 1.0
 # cell's result goes out and the interrupts carry on.
 const WORKER_INTERRUPT_WAIT = 10.0
 # rmprocs at shutdown: the supervisor sends SIGTERM 1 s after it closes the socket
-# (julia_process.py _EXIT_AFTER_EOF_WAIT). Idle workers are gone in ~0.4 s; busy ones exit once
+# (supervisor/julia_process.py _EXIT_AFTER_EOF_WAIT). Idle workers are gone in ~0.4 s; busy ones exit once
 # the interrupt sent before it reaches them, or when they next look at their master's socket.
 const WORKER_RELEASE_WAIT = 0.4
 

@@ -266,7 +266,7 @@ function warm_up_steps()
         # jupyter console gives is_complete 1 s, and asks it as soon as the user presses Enter
         () -> answer_query("is_complete", "function f(x)", 0),
         # A widget manager's first comm_open asks this while a cell may run; the kernel waits
-        # 1 s for the answer (comms.py _COMM_TARGET_WAIT), and cold it took 0.3 s even after
+        # 1 s for the answer (jupyter/comms.py _COMM_TARGET_WAIT), and cold it took 0.3 s even after
         # the other steps, 3.6 s in a fresh session, on a loaded machine.
         () -> json(answer_query("comm_target", "jkernel_warm_up", 0)),
         # A cell printing heavily switches to buffered writes, where println is Base's: compiled

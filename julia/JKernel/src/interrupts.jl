@@ -9,7 +9,7 @@
 # (claim_interrupt). Frame writes run with SIGINT deferred so an interrupt cannot tear a frame.
 # The server starts no short-lived tasks: on Julia 1.5 a SIGINT landing in a finished task
 # while others are queued is fatal. The supervisor's side, the escalation from frame to SIGINT
-# to a restart, is jutul_jkernel/escalation.py.
+# to a restart, is jutul_jkernel/supervisor/interrupts.py.
 
 """
     forward_interrupt()
@@ -64,7 +64,7 @@ acknowledge_interrupt() = CURRENT[] != 0 && send_frame(FrameKind.ACK, string(CUR
     claim_interrupt(request) -> Bool
 
 Whether the INT frame, not the supervisor's SIGINT, delivers interrupt `request`: whichever
-side makes the directory `<CLAIMS_DIR>/<request>` first delivers it (escalation.py says why).
+side makes the directory `<CLAIMS_DIR>/<request>` first delivers it (supervisor/interrupts.py says why).
 `mkdir` is atomic and fails with EEXIST for the loser (uv_fs_mkdir, synchronous with no loop
 and no callback: JuliaLang/julia release-1.10, release-1.12 and master base/file.jl); `isdir`
 tells that failure from any other. Without a claims directory, or if it is unusable, the frame

@@ -41,7 +41,7 @@ function set_up_main!()
 end
 
 # The supervisor listens on a Unix socket on POSIX and names its path; on Windows it names a
-# loopback port (jutul_jkernel/rendezvous.py says why no port on POSIX). Sockets.connect(path)
+# loopback port (jutul_jkernel/supervisor/rendezvous.py says why no port on POSIX). Sockets.connect(path)
 # is documented: "Connect to the named pipe / UNIX domain socket at path" -> PipeEndpoint
 # (JuliaLang/julia stdlib/Sockets/src/PipeServer.jl, release-1.10, release-1.12 and master).
 function connect_supervisor(address::AbstractString)

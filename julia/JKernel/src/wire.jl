@@ -3,7 +3,7 @@
 # Once the server has connected (a Unix socket on POSIX, loopback TCP on Windows: main.jl,
 # connect_supervisor), everything travels as frames: an ASCII header line
 # `KIND arg... NBYTES\n` followed by exactly NBYTES payload bytes.
-# jutul_jkernel/protocol.py defines the same kinds; change both or neither.
+# jutul_jkernel/protocol/wire.py defines the same kinds; change both or neither.
 #
 # Julia -> Python
 #   RDY <token> 0                  handshake, always the first frame
@@ -51,7 +51,7 @@
 #                                  callback), queued in order with EXE and EXN; payload as CMM's
 
 """
-The frame kinds, one constant each, named as on the wire and as protocol.py's `FrameKind`
+The frame kinds, one constant each, named as on the wire and as protocol/wire.py's `FrameKind`
 members (`FrameKind.RES` on both sides); the table above says what each carries. Code names a
 kind only through these.
 """
@@ -134,7 +134,7 @@ const INCOMING = Dict(FrameKind.EXE => 1, FrameKind.EXN => 2, FrameKind.INT => 2
                       FrameKind.TXT => 1, FrameKind.NIN => 1, FrameKind.QRY => 3,
                       FrameKind.SYN => 1, FrameKind.COM => 2)
 
-# Numbers on the wire are plain decimal, as protocol.py writes and checks them: tryparse alone
+# Numbers on the wire are plain decimal, as protocol/wire.py writes and checks them: tryparse alone
 # would also take "0x10", "+1", "01" and trailing whitespace.
 const WIRE_NUMBER = r"^(0|[1-9][0-9]{0,17})$"
 wire_number(s) = occursin(WIRE_NUMBER, s) ? parse(Int, s) : nothing

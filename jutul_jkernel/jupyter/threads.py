@@ -11,7 +11,7 @@ With ipykernel 7.4 (6.x is alike) the kernel runs on these threads:
   shutdown_request, and kernel_info_request or comm_info_request when they come on control),
   one at a time.
 - The **IOPub thread** sends what the others publish: ``session.send`` on the IOPub socket only
-  queues a message for it (see :meth:`~jutul_jkernel.iopub.Publisher.backpressure`).
+  queues a message for it (see :meth:`~jutul_jkernel.jupyter.publish.Publisher.backpressure`).
 - ipykernel's shell-channel and heartbeat threads, and the thread that waits for Julia's exit
   (``julia_process.ChildProcess``), run none of the kernel's code.
 

@@ -22,13 +22,19 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from . import settings
-from .capture import OutputPipes
-from .errors import JuliaStartupError
-from .escalation import Claims
-from .handshake import accept_julia
-from .julia_process import ChildProcess, JuliaProcess, Launch, LaunchSettings, spawn
-from .protocol import Decoder, Frame
+from jutul_jkernel import settings
+from jutul_jkernel.protocol.wire import Decoder, Frame
+from jutul_jkernel.supervisor.errors import JuliaStartupError
+from jutul_jkernel.supervisor.handshake import accept_julia
+from jutul_jkernel.supervisor.interrupts import Claims
+from jutul_jkernel.supervisor.julia_process import (
+    ChildProcess,
+    JuliaProcess,
+    Launch,
+    LaunchSettings,
+    spawn,
+)
+from jutul_jkernel.supervisor.pipes import OutputPipes
 
 log = logging.getLogger(__name__)
 

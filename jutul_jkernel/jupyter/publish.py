@@ -18,8 +18,8 @@ from typing import Any
 
 from jupyter_client.session import Session
 
-from .results import ExecutionResult
-from .sink import Display
+from jutul_jkernel.supervisor.output_sink import Display
+from jutul_jkernel.supervisor.results import ExecutionResult
 
 _IOPUB_SYNC_BYTES = 1024 * 1024
 _IOPUB_SYNC_TIMEOUT = 10.0

@@ -32,9 +32,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import settings
-from .errors import JuliaStartupError, indented, read_tail
-from .supervisor import JuliaSupervisor
+from jutul_jkernel import settings
+from jutul_jkernel.supervisor.errors import JuliaStartupError, indented, read_tail
+from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
 
 DEFAULT_COMMAND = "Xvfb"
 # 24-bit colour: GL contexts (GLMakie's GLFW) need it; Xvfb's default depth is lower on some

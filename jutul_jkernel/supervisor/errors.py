@@ -1,7 +1,7 @@
 """What can go wrong with Julia, as exceptions; how a process ended, and what it wrote last.
 
 A leaf module: the supervisor raises these, the kernel and the agent report them (each carries
-the ``ename`` a Jupyter error shows), and install.py describes its checks' exits the same way.
+the ``ename`` a Jupyter error shows), and tools/install.py describes its checks' exits the same way.
 """
 
 from __future__ import annotations

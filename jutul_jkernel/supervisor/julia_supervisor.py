@@ -10,11 +10,11 @@ next execution starts a fresh Julia and says that state was lost.
 start() to adopt: the kernel's entry point uses it so that Julia boots while ipykernel is still
 being imported.
 
-It composes the concerns that have modules of their own: startup.py (a Julia until it is
-connected: launched, adopted, handshake), julia_process.py (one incarnation: spawn, signals,
-log, stop), routing.py (where each frame and output byte goes), execution.py (one execution
-and its own frames), escalation.py (interrupts), payloads.py (checking what frames carry),
-sink.py (where output goes), results.py and errors.py (what callers get).
+It composes the concerns that have modules of their own in this package: startup.py (a Julia
+until it is connected: launched, adopted, handshake), julia_process.py (one incarnation: spawn,
+signals, log, stop), routing.py (where each frame and output byte goes), execution.py (one
+execution and its own frames), interrupts.py (interrupts), frame_payloads.py (checking what
+frames carry), output_sink.py (where output goes), results.py and errors.py (what callers get).
 
 Usage from plain Python::
 
@@ -33,21 +33,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import children, settings
-from .errors import JuliaDiedError, JuliaStartupError, describe_exit
-from .escalation import Claims, Interrupt, InterruptLadder, settle_wait
-from .execution import Execution
-from .julia_process import (
+from jutul_jkernel import settings
+from jutul_jkernel.protocol.wire import Decoder, Frame, FrameKind, ProtocolError, encode
+from jutul_jkernel.supervisor import children
+from jutul_jkernel.supervisor.errors import JuliaDiedError, JuliaStartupError, describe_exit
+from jutul_jkernel.supervisor.execution import Execution
+from jutul_jkernel.supervisor.frame_payloads import encode_comm
+from jutul_jkernel.supervisor.interrupts import Claims, Interrupt, InterruptLadder, settle_wait
+from jutul_jkernel.supervisor.julia_process import (
     IS_WINDOWS,
     JuliaProcess,
     LaunchSettings,
 )
-from .payloads import encode_comm
-from .protocol import Decoder, Frame, FrameKind, ProtocolError, encode
-from .results import ErrorInfo, ExecutionResult, InterruptStep
-from .routing import FrameRouter
-from .sink import CommMessage, OutputSink, StreamCallback, as_sink
-from .startup import JuliaStarter
+from jutul_jkernel.supervisor.output_sink import CommMessage, OutputSink, StreamCallback, as_sink
+from jutul_jkernel.supervisor.results import ErrorInfo, ExecutionResult, InterruptStep
+from jutul_jkernel.supervisor.routing import FrameRouter
+from jutul_jkernel.supervisor.startup import JuliaStarter
 
 # Re-exported: callers import what the supervisor raises and returns from here.
 __all__ = [

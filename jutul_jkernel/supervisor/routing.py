@@ -14,11 +14,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from .execution import Execution
-from .julia_process import JuliaProcess
-from .payloads import comm_of, display_of, json_object
-from .protocol import Frame, FrameKind, ProtocolError, inner_frame
-from .sink import OutputSink
+from jutul_jkernel.protocol.wire import Frame, FrameKind, ProtocolError, inner_frame
+from jutul_jkernel.supervisor.execution import Execution
+from jutul_jkernel.supervisor.frame_payloads import comm_of, display_of, json_object
+from jutul_jkernel.supervisor.julia_process import JuliaProcess
+from jutul_jkernel.supervisor.output_sink import OutputSink
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import sys
 from collections import deque
 from typing import Any
 
-from .results import ExecutionResult
+from jutul_jkernel.supervisor.results import ExecutionResult
 
 _HISTORY_LIMIT = 1000
 _HISTORY_OUTPUT_CHARS = 4096

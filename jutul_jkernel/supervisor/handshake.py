@@ -13,10 +13,10 @@ import secrets
 import socket
 from typing import Any
 
-from .errors import JuliaStartupError, describe_exit
-from .julia_process import JuliaProcess
-from .protocol import Decoder, Frame, FrameKind, ProtocolError
-from .rendezvous import Rendezvous
+from jutul_jkernel.protocol.wire import Decoder, Frame, FrameKind, ProtocolError
+from jutul_jkernel.supervisor.errors import JuliaStartupError, describe_exit
+from jutul_jkernel.supervisor.julia_process import JuliaProcess
+from jutul_jkernel.supervisor.rendezvous import Rendezvous
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@
 a julia that is missing, broken or given a mistyped flag fails at install time rather than at
 every kernel start; :func:`check_channel` asks juliaup's launcher whether a ``+channel``
 resolves; :func:`precompile_server` compiles the JKernel package (``server.jl --precompile``)
-so kernels start from its cache. The installer (:mod:`jutul_jkernel.install`) calls them and
+so kernels start from its cache. The installer (:mod:`jutul_jkernel.tools.install`) calls them and
 says what to do when they fail; nothing here knows about kernelspecs.
 
 Invariant: every run is bounded by a timeout, gets no stdin, and a failure becomes a message
@@ -18,8 +18,9 @@ import shlex
 import subprocess
 from collections.abc import Sequence
 
-from jutul_jkernel import _resources, juliaup
-from jutul_jkernel.errors import describe_exit, indented
+from jutul_jkernel import _resources
+from jutul_jkernel.supervisor import juliaup
+from jutul_jkernel.supervisor.errors import describe_exit, indented
 
 # Julia 1.5 starts in well under a second here, but a first run on a cold disk or a
 # large custom sysimage can take much longer; a minute only catches a julia that hangs.

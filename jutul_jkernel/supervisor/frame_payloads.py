@@ -1,4 +1,4 @@
-"""Decode and check the JSON payloads of Julia's frames (protocol.py frames the bytes).
+"""Decode and check the JSON payloads of Julia's frames (protocol/wire.py frames the bytes).
 
 A payload of the wrong shape is a :class:`ProtocolError`, which ends the connection as a
 malformed frame does: the supervisor never passes on a value it did not check.
@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .protocol import Frame, FrameKind, ProtocolError, encode
-from .results import ErrorInfo
-from .sink import CommMessage, Display
+from jutul_jkernel.protocol.wire import Frame, FrameKind, ProtocolError, encode
+from jutul_jkernel.supervisor.output_sink import CommMessage, Display
+from jutul_jkernel.supervisor.results import ErrorInfo
 
 COMM_TYPES = ("comm_open", "comm_msg", "comm_close")
 

@@ -21,11 +21,16 @@ from typing import Any
 
 import psutil
 
-from . import _resources, settings
-from .capture import OutputPipes, make_pipe, marker_prefix, new_marker
-from .errors import JuliaDiedError, JuliaStartupError, describe_exit, read_tail
-from .juliaup import julia_argv
-from .rendezvous import Rendezvous
+from jutul_jkernel import _resources, settings
+from jutul_jkernel.supervisor.errors import (
+    JuliaDiedError,
+    JuliaStartupError,
+    describe_exit,
+    read_tail,
+)
+from jutul_jkernel.supervisor.juliaup import julia_argv
+from jutul_jkernel.supervisor.pipes import OutputPipes, make_pipe, marker_prefix, new_marker
+from jutul_jkernel.supervisor.rendezvous import Rendezvous
 
 IS_WINDOWS = sys.platform == "win32"
 
@@ -98,7 +103,7 @@ class Launch:
     token: str
     log_path: Path
     pipe_fds: dict[str, int] | None  # read ends of Julia's fd 1 and fd 2 (POSIX)
-    marker: bytes  # the prefix of its output markers (capture.py)
+    marker: bytes  # the prefix of its output markers (supervisor/pipes.py)
     settings: LaunchSettings
 
     def kill_group(self) -> None:
@@ -143,9 +148,9 @@ def spawn(chosen: LaunchSettings, token: str, log_path: Path, claims: Path | Non
         kwargs["creationflags"] = 0x00000200  # CREATE_NEW_PROCESS_GROUP: Ctrl+Break target
     else:
         kwargs["start_new_session"] = True  # our signals reach Julia, never our own group
-        # fd 2 is a pipe from the start (what Julia writes while booting or dying is read
-        # here); fd 1 stays the log until the server moves it onto the other pipe, so its
-        # start-up messages stay in the log. See capture.py for why we read them, not Julia.
+        # fd 2 is a pipe from the start (what Julia writes while booting or dying is read here); fd
+        # 1 stays the log until the server moves it onto the other pipe, so its start-up messages
+        # stay in the log. See supervisor/pipes.py for why we read them, not Julia.
         out_read, out_write = make_pipe()
         err_read, err_write = make_pipe()
         pipe_fds = {"stdout": out_read, "stderr": err_read}

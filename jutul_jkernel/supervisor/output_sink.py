@@ -22,7 +22,8 @@ DisplayKind = Literal["display_data", "update_display_data", "clear_output"]
 
 @dataclass(frozen=True)
 class Display:
-    """One display message of a cell, as Jupyter names it (the frame decoding is payloads.py)."""
+    """One display message of a cell, as Jupyter names it (supervisor/frame_payloads.py decodes the
+    frame)."""
 
     kind: DisplayKind
     data: dict[str, str] = field(default_factory=dict)  # MIME -> text (base64 for images)
@@ -49,7 +50,7 @@ class Display:
 @dataclass(frozen=True)
 class CommMessage:
     """A Jupyter comm message, either way: one Julia sends (a CMM frame), or one a frontend
-    sent, for Julia (COM). payloads.py encodes and decodes it."""
+    sent, for Julia (COM). supervisor/frame_payloads.py encodes and decodes it."""
 
     msg_type: CommKind
     content: dict[str, Any]  # comm_id and data; target_name for comm_open

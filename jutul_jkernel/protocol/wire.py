@@ -45,7 +45,7 @@ class FrameKind(enum.Enum):
     EXE = "EXE"  # EXE <id> <n>: code to evaluate (backtraces name it In[<id>])
     EXN = "EXN"  # EXN <id> <name> <n>: the same, naming the code <name>, e.g. In[3]
     INT = "INT"  # INT <id> <request> 0: interrupt evaluation <id> (ignored unless it is still
-    # running), unless the SIGINT claimed <request> first (escalation.py, _INT_ACK_MAX)
+    # running), unless the SIGINT claimed <request> first (supervisor/interrupts.py, _INT_ACK_MAX)
     TXT = "TXT"  # TXT <id> <n>: the line typed in answer to INP <id> (no trailing newline)
     NIN = "NIN"  # NIN <id> <n>: no input can be had for INP <id>; payload says why
     QRY = "QRY"  # QRY <id> <complete|inspect|is_complete|comm_target> <cursor> <n>: payload is

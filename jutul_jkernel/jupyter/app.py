@@ -39,13 +39,13 @@ class JuliaKernelApp(IPKernelApp):
     def init_iopub(self, context: Any) -> None:
         """ipykernel's init_iopub, with an IOPub thread that has no pipe.
 
-        The pipe carries the output of forked Python children written through OutStream; this
-        kernel has no OutStream (``__main__.app_options``), so nothing would ever use it. Yet
-        setting it up binds a random TCP port on 127.0.0.1, and before the heartbeat's port is
-        bound: kernels starting together then take each other's connection-file ports now and
-        then, and the loser dies with "Address already in use" (jupyter_client#487;
-        rendezvous.py has the whole story). init_iopub names the class through its module, so
-        the class is swapped there for the length of the call.
+        The pipe carries the output of forked Python children written through OutStream; this kernel
+        has no OutStream (``__main__.app_options``), so nothing would ever use it. Yet setting it up
+        binds a random TCP port on 127.0.0.1, and before the heartbeat's port is bound: kernels
+        starting together then take each other's connection-file ports now and then, and the loser
+        dies with "Address already in use" (jupyter_client#487; supervisor/rendezvous.py has the
+        whole story). init_iopub names the class through its module, so the class is swapped there
+        for the length of the call.
         """
         original = kernelapp.IOPubThread  # type: ignore[attr-defined]
         kernelapp.IOPubThread = _IOPubThreadWithoutPipe  # type: ignore[attr-defined,assignment]

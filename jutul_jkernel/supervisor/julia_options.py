@@ -14,7 +14,7 @@ import os
 import re
 import shlex
 
-from . import juliaup
+from jutul_jkernel.supervisor import juliaup
 
 # Julia's --project=@. activates the nearest Project.toml from the notebook's folder upwards,
 # else the default environment: what IJulia's default kernelspec does (deps/build.jl).

@@ -3,16 +3,15 @@
 An ipykernel ``Kernel`` subclass that never touches pids or sockets itself: it maps
 execute / complete / inspect / is_complete / history / interrupt / shutdown requests onto a
 :class:`~jutul_jkernel.supervisor.JuliaSupervisor` and publishes what comes back on IOPub with
-the request as parent (:mod:`jutul_jkernel.iopub`); comm messages go through
-:mod:`jutul_jkernel.comms`. Everything a cell produces is published before its reply.
+the request as parent (:mod:`jutul_jkernel.jupyter.publish`); comm messages go through
+:mod:`jutul_jkernel.jupyter.comms`. Everything a cell produces is published before its reply.
 
-ipykernel facts this relies on (checked with ipykernel 7.4): interrupt_request and
-shutdown_request run on the control thread while do_execute awaits on the main loop, so they
-hand work to the main loop thread-safely (:mod:`jutul_jkernel.loops` says which thread runs
-what); the stock interrupt would SIGINT our own process group, and the stock pre-handler hook
-turns SIGINT into a KeyboardInterrupt that kills the asyncio loop, so both are replaced.
-Everything of a cell is published before its reply, since clients stop reading IOPub at the
-cell's idle.
+ipykernel facts this relies on (checked with ipykernel 7.4): interrupt_request and shutdown_request
+run on the control thread while do_execute awaits on the main loop, so they hand work to the main
+loop thread-safely (:mod:`jutul_jkernel.jupyter.threads` says which thread runs what); the stock
+interrupt would SIGINT our own process group, and the stock pre-handler hook turns SIGINT into a
+KeyboardInterrupt that kills the asyncio loop, so both are replaced. Everything of a cell is
+published before its reply, since clients stop reading IOPub at the cell's idle.
 """
 
 from __future__ import annotations
@@ -32,17 +31,18 @@ from jupyter_client.session import Session
 from traitlets import Any as AnyTrait
 from traitlets import Dict as DictTrait
 
-from . import __version__, settings, stdin
-from .comms import CommRouter
-from .errors import JuliaDiedError, JuliaStartupError
-from .escalation import settle_wait
-from .history import History
-from .iopub import Parent, Publisher
-from .kernel_supervisor import supervisor_from_env
-from .loops import ControlBacklog, MainLoop
-from .sink import CommMessage, Display, OutputSink
-from .streams import StreamCoalescer
-from .supervisor import JuliaSupervisor
+from jutul_jkernel import __version__, settings
+from jutul_jkernel.jupyter import stdin
+from jutul_jkernel.jupyter.comms import CommRouter
+from jutul_jkernel.jupyter.history import History
+from jutul_jkernel.jupyter.publish import Parent, Publisher
+from jutul_jkernel.jupyter.threads import ControlBacklog, MainLoop
+from jutul_jkernel.supervisor.coalesce import StreamCoalescer
+from jutul_jkernel.supervisor.errors import JuliaDiedError, JuliaStartupError
+from jutul_jkernel.supervisor.from_env import supervisor_from_env
+from jutul_jkernel.supervisor.interrupts import settle_wait
+from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.output_sink import CommMessage, Display, OutputSink
 
 # A kernel_info_request waits this long for Julia to report its version.
 _KERNEL_INFO_WAIT = 10.0
@@ -100,7 +100,7 @@ class JuliaKernel(Kernel):
         supervisor, JuliaKernel.prepared_supervisor = JuliaKernel.prepared_supervisor, None
         # A private Xvfb comes with Julia when the kernelspec asks for one (install --xvfb).
         self.supervisor: JuliaSupervisor = supervisor or supervisor_from_env()
-        self._main_loop = MainLoop()  # see loops.py: which thread runs what
+        self._main_loop = MainLoop()  # see jupyter/threads.py: which thread runs what
         self._control_backlog = ControlBacklog()
         self._iopub = Publisher(
             self.session, self.iopub_socket, self._topic, self.iopub_thread, self.log

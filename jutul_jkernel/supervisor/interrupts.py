@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import JuliaDiedError
-from .julia_process import REAP_WAIT, JuliaProcess
-from .protocol import FrameKind, encode
-from .results import ExecutionResult, InterruptStep
+from jutul_jkernel.protocol.wire import FrameKind, encode
+from jutul_jkernel.supervisor.errors import JuliaDiedError
+from jutul_jkernel.supervisor.julia_process import REAP_WAIT, JuliaProcess
+from jutul_jkernel.supervisor.results import ExecutionResult, InterruptStep
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ InterruptPath = Literal["unsent", "frame", "sigint", "forced", "restart"]
 
 
 class InterruptStep(enum.IntEnum):
-    """The steps of an interrupt, in the order the escalation takes them (escalation.py).
+    """The steps of an interrupt, in the order the escalation takes them (supervisor/interrupts.py).
 
     Ordered, so that "a SIGINT was sent" is ``step >= SIGINT``. ``UNSENT`` is the interrupt of
     an execution that was never sent (Julia was still starting): it never escalates.

@@ -3,7 +3,7 @@
 :class:`Checks` holds the rows in the order the doctor runs them (:meth:`Checks.rows`), each a
 label and a method that runs cells and queries on one
 :class:`~jutul_jkernel.supervisor.JuliaSupervisor` and raises :class:`CheckFailed`, saying what
-it saw instead, when its one expected outcome does not hold. :mod:`jutul_jkernel.doctor` times
+it saw instead, when its one expected outcome does not hold. :mod:`jutul_jkernel.tools.doctor` times
 the rows, reports them and owns the command line; this module knows nothing of reports.
 
 Invariant: what a row writes goes to temporary folders, never the user's: the doctor's own
@@ -24,10 +24,10 @@ import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from .errors import JuliaDiedError
-from .results import ExecutionResult
-from .sink import Display, OutputSink
-from .supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.errors import JuliaDiedError
+from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.output_sink import Display, OutputSink
+from jutul_jkernel.supervisor.results import ExecutionResult
 
 # While waiting for a cell to reach its `sleep`: how often to look for the file it writes.
 _POLL = 0.02

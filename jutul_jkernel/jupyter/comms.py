@@ -16,12 +16,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .errors import JuliaDiedError, JuliaStartupError
-from .iopub import Parent, Publisher
-from .loops import MainLoop
-from .sink import CommMessage, OutputSink
-from .streams import StreamCoalescer
-from .supervisor import JuliaSupervisor
+from jutul_jkernel.jupyter.publish import Parent, Publisher
+from jutul_jkernel.jupyter.threads import MainLoop
+from jutul_jkernel.supervisor.coalesce import StreamCoalescer
+from jutul_jkernel.supervisor.errors import JuliaDiedError, JuliaStartupError
+from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.output_sink import CommMessage, OutputSink
 
 # A comm_open asks Julia whether its target is known (answered in ~1 ms, while a cell runs too,
 # if it yields); past this the comm_open is queued for Julia as any comm message is.

@@ -1,5 +1,5 @@
 """One execution's outputs as a list, in the order they happened: what the stdin/stdout agent
-(agent.py) and the MCP server (mcp.py) answer a request with.
+(agents/agent.py) and the MCP server (agents/mcp.py) answer a request with.
 
 A :class:`Transcript` collects an execution's streams and displays as a notebook would show
 them (a display update replaces in place, a clear clears), and keeps long output as its head
@@ -16,8 +16,8 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any
 
-from .results import ExecutionResult
-from .sink import Display
+from jutul_jkernel.supervisor.output_sink import Display
+from jutul_jkernel.supervisor.results import ExecutionResult
 
 # How an image is recognised in a MIME bundle, most preferred first.
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/gif", "image/svg+xml")

@@ -1,6 +1,6 @@
 """One execution from send to result, and what it does with the frames Julia sends for it.
 
-The supervisor's router (routing.py) sends each frame that carries the id of the running
+The supervisor's router (supervisor/routing.py) sends each frame that carries the id of the running
 execution here, to :meth:`Execution.take`, which looks its kind up in one table: displays to
 the sink, payloads, the value and the error collected for the result, input requests answered
 from the sink, and RES, which resolves the execution's future. Kinds not in the table mean
@@ -16,14 +16,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import children
-from .errors import JuliaDiedError
-from .escalation import Interrupt
-from .julia_process import JuliaProcess
-from .payloads import bundle_of, display_of, error_of, json_object, payload_item_of
-from .protocol import Frame, FrameKind, encode
-from .results import ErrorInfo, ExecutionResult
-from .sink import OutputSink
+from jutul_jkernel.protocol.wire import Frame, FrameKind, encode
+from jutul_jkernel.supervisor import children
+from jutul_jkernel.supervisor.errors import JuliaDiedError
+from jutul_jkernel.supervisor.frame_payloads import (
+    bundle_of,
+    display_of,
+    error_of,
+    json_object,
+    payload_item_of,
+)
+from jutul_jkernel.supervisor.interrupts import Interrupt
+from jutul_jkernel.supervisor.julia_process import JuliaProcess
+from jutul_jkernel.supervisor.output_sink import OutputSink
+from jutul_jkernel.supervisor.results import ErrorInfo, ExecutionResult
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +46,7 @@ class Execution:
     error: ErrorInfo | None = None
     payload: list[dict[str, Any]] = field(default_factory=list)
     # Julia's descendants when the execution was sent: an interrupted cell's new ones are
-    # stopped when it ends (children.py). None where that cannot be known (Windows).
+    # stopped when it ends (supervisor/children.py). None where that cannot be known (Windows).
     children_before: children.Snapshot | None = None
     input_tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
