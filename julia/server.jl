@@ -28,7 +28,7 @@
 # launcher.jl) is evaluated in an anonymous module, not in Main: a `let` in Main would still resolve every Base function it
 # calls (`last`, `split`, `filter`, `run`, ...) as Main's, and a cell's `last = 0` would then
 # fail with "cannot assign a value to variable Base.last from module Main". Main gets only
-# `JKernel`, as the single-file script used to define. Julia 1.5.3 or newer.
+# `JKernel`, the notebook API. Julia 1.5.3 or newer.
 
 Core.eval(Module(:JKernelLauncher), quote
     # The common start, kept short on purpose: a script is lowered anew on every start (never

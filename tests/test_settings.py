@@ -219,3 +219,17 @@ def test_the_supervisors_defaults_come_from_the_environment(
     assert settings.xvfb_command() is None
     monkeypatch.setenv(settings.XVFB, "/usr/bin/Xvfb")
     assert settings.xvfb_command() == "/usr/bin/Xvfb"
+
+
+def test_the_architecture_page_names_every_module() -> None:
+    """docs/architecture.md, the map of the house, names every module of the package (by its
+    path under jutul_jkernel/, or by its file name inside its layer's list) and every file of
+    the Julia side: a new module is placed on the map when it is made."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = [
+        str(path.relative_to(ROOT))
+        for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "julia").rglob("*.jl")])
+        if path.name != "__init__.py" or path.parent == PACKAGE
+        if path.name not in page and str(path.relative_to(PACKAGE)) not in page
+    ]
+    assert missing == [], f"docs/architecture.md does not name {missing}"

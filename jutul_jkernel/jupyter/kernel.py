@@ -168,8 +168,8 @@ class JuliaKernel(Kernel):
     async def _julia_ready(self, timeout: float) -> None:
         """Wait (bounded) until Julia started or failed to; callable from any thread's loop."""
         start = self._julia_start
-        # Started: no hop through the main loop, which every cell took (46 us). done() only
-        # reads the task's state, safe from the control thread.
+        # Once started, no hop through the main loop (~46 us a cell). done() only reads the
+        # task's state, which is safe from the control thread.
         if start is not None and not start.done():
             await self._main_loop.run(lambda: asyncio.shield(start), timeout)
 

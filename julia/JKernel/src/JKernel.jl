@@ -53,7 +53,7 @@ include("main.jl")
 include("precompile.jl")
 
 function __init__()
-    # A fresh marker in every process (see MARK); 16 random hex digits, as before packaging.
+    # A fresh marker in every process (see MARK): 16 random hex digits between delimiters.
     append!(MARK, codeunits("\0\x1fJJK" * string(rand(UInt64); base = 16, pad = 16) * "\x1f\0"))
     nothing
 end

@@ -134,7 +134,7 @@ function run_cell(mod::Module, code::String, filename::String, cell::Int = 0)
             quietly(() -> set_err!(e))
             # Hooks are user code: an interrupt that lands in another task (SIGINT goes to
             # whichever task last waited) is forwarded to them only while IN_USER is set;
-            # otherwise it stayed pending behind a hook that waits (seen 1 in 6 runs).
+            # otherwise it would stay pending behind a hook that waits.
             IN_USER[] = true
             try
                 for hook in copy(POSTERROR_HOOKS)
@@ -183,7 +183,7 @@ function run_evaluation(outcome_of::Function, id::Int)
     # that Julia was too busy to ACK at once, or Ctrl-C pressed again during a slow post-error
     # hook, arrives while run_cell handles the first. Escaping evaluate it would end the
     # evaluation without a result, and the supervisor would wait for one until it restarted
-    # Julia (seen 1 in 48 under load). So every interrupt before the result ends in one.
+    # Julia. So every interrupt before the result ends in one.
     outcome = try
         outcome_of()
     catch e

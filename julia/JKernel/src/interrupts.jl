@@ -68,7 +68,7 @@ side makes the directory `<CLAIMS_DIR>/<request>` first delivers it (supervisor/
 `mkdir` is atomic and fails with EEXIST for the loser (uv_fs_mkdir, synchronous with no loop
 and no callback: JuliaLang/julia release-1.10, release-1.12 and master base/file.jl); `isdir`
 tells that failure from any other. Without a claims directory, or if it is unusable, the frame
-delivers, as before claims existed.
+delivers.
 """
 function claim_interrupt(request::Int)
     isempty(CLAIMS_DIR[]) && return true

@@ -67,7 +67,8 @@ local_lifeline_cmd() = `sh -c $LIFELINE_SCRIPT`
 Whether this machine's workers can have a lifeline: the loop needs a POSIX `sh` whose `kill`
 takes the workers' OS pids. On Windows there is none (the `sh` of MSYS or Cygwin, if on PATH,
 names processes by pids of its own), so there the lifeline is not started and local workers end
-as before: when Julia runs its exit hooks, or when an idle worker sees its master go.
+as Distributed ends them: when Julia runs its exit hooks, or when an idle worker sees its
+master go.
 """
 function local_lifeline_possible()
     LOCAL_LIFELINE_POSSIBLE[] === nothing &&
