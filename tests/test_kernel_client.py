@@ -11,6 +11,7 @@ from typing import Any
 
 import psutil
 import pytest
+import zmq
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
@@ -465,6 +466,52 @@ def test_unsupported_control_request_gets_an_error_reply(
     assert reply["parent_header"]["msg_id"] == msg["header"]["msg_id"]
     assert reply["msg_type"] == "debug_reply"
     assert reply["content"]["status"] == "error"
+
+
+def test_a_request_to_an_unknown_subshell_is_answered_with_its_error(
+    shared: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    """A shell request whose header names a subshell the kernel does not have gets busy, an
+    error reply naming the id (ipykernel's UnknownSubshellError) and idle, and the kernel goes
+    on: the main loop reads the shell socket itself (jupyter/app.py), so this is its answer."""
+    _, kc = shared
+    drain(kc)
+    msg = kc.session.msg("execute_request", {"code": "1+1", "silent": False})
+    msg["header"]["subshell_id"] = "no-such-subshell"
+    kc.shell_channel.send(msg)
+    msg_id = msg["header"]["msg_id"]
+    reply, outputs = collect(kc, msg_id)
+    assert reply["msg_type"] == "execute_reply"
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == "UnknownSubshellError"
+    assert "no-such-subshell" in reply["content"]["evalue"]
+    assert outputs == [], outputs
+    _, after = execute(kc, "1+1")
+    assert result_of(after) == "2"
+
+
+def test_a_new_iopub_subscriber_is_welcomed(
+    shared: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    """A client that subscribes to IOPub gets iopub_welcome (JEP 65), as from ipykernel's IOPub
+    thread: it then knows that what the kernel publishes reaches it. The kernel's IOPub socket
+    is run by its main loop (jupyter/sockets.py), which sends the welcome. (XPUB passes on only
+    the first subscription to a topic, so this one subscribes to a topic of its own.)"""
+    km, kc = shared
+    sub = km.context.socket(zmq.SUB)
+    try:
+        sub.connect(f"{km.transport}://{km.ip}:{km.iopub_port}")
+        topic = b"kernel.welcome-test"
+        sub.setsockopt(zmq.SUBSCRIBE, topic)
+        assert sub.poll(int(REPLY_TIMEOUT * 1000)), "no iopub_welcome within the timeout"
+        frames = sub.recv_multipart()
+        assert frames[0] == topic
+        _, parts = kc.session.feed_identities(frames)
+        welcome = kc.session.deserialize(parts)
+        assert welcome["msg_type"] == "iopub_welcome"
+        assert welcome["content"]["subscription"] == topic.decode()
+    finally:
+        sub.close(linger=0)
 
 
 def test_kernel_log_has_no_tracebacks(kernel_env: dict[str, str], tmp_path: Path) -> None:

@@ -1,13 +1,15 @@
-"""The kernel application: ipykernel's IPKernelApp, with a bounded wait for its control thread
-and no IOPub pipe (so no TCP port beyond the connection file's five)."""
+"""The kernel application: ipykernel's IPKernelApp with the shell and IOPub sockets on the main
+loop, no IOPub pipe (so no TCP port beyond the connection file's five), and a bounded wait for
+its control thread."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ipykernel import kernelapp
-from ipykernel.iostream import IOPubThread
+import zmq
 from ipykernel.kernelapp import IPKernelApp
+
+from jutul_jkernel.jupyter.sockets import MainLoopIOPub, SendNowStream
 
 # How long close() waits for the control thread to finish the request it is handling. It
 # normally stops in milliseconds; jupyter_client kills a kernel that is not gone 5 s after its
@@ -15,44 +17,52 @@ from ipykernel.kernelapp import IPKernelApp
 _CONTROL_STOP_WAIT = 1.0
 
 
-class _IOPubThreadWithoutPipe(IOPubThread):
-    """ipykernel's IOPub thread, never with the pipe that init_iopub asks for."""
-
-    def __init__(self, socket: Any, pipe: bool = False, **kwargs: Any) -> None:
-        super().__init__(socket, pipe=False, **kwargs)
-
-
 class JuliaKernelApp(IPKernelApp):
-    """IPKernelApp whose close() never waits for the control thread without a bound, and
-    which binds no TCP port but the five of its connection file.
+    """IPKernelApp with the shell and IOPub sockets on the main loop, no TCP port beyond the
+    five of its connection file, and a close() that never waits for the control thread without
+    a bound.
 
-    After a shutdown_request, ipykernel 7.4's close() joins the control thread with no timeout.
-    In 3 of 25 shutdowns of a kernel whose Julia was spinning, at load 2, that thread was still
-    publishing the request's ``idle`` status: py-spy showed it blocked in the zmq send of
-    ``IOPubThread.schedule``, and the IOPub thread already gone: ``atexit`` runs hooks last in,
-    first out, and ipykernel registers the IOPub thread's stop (iostream.py ``IOPubThread.start``)
-    after the app's close (kernelapp.py ``init_sockets``). The kernel process then never exited,
-    and jupyter_client had to kill it. The control
-    thread is a daemon thread: once the wait is over, it no longer holds the process.
+    ipykernel 7 reads the shell socket in a thread of its own and hands each message to the main
+    loop over an in-process socket pair, and sends every IOPub message from another thread; the
+    replies go back the same ways. Every cell of this kernel runs on the main loop (the Julia
+    process is driven from there), so those hops were the largest part of a trivial cell's round
+    trip: here the main loop reads the shell socket itself (ipykernel's path without a
+    shell-channel thread), sends its replies at once and publishes directly
+    (:mod:`jutul_jkernel.jupyter.sockets`).
+
+    After a shutdown_request, ipykernel 7.4's close() joins the control thread with no timeout;
+    a control thread still publishing when the process exits would hold it. The control thread is
+    a daemon thread: once the bounded wait is over, it no longer holds the process.
     """
 
-    def init_iopub(self, context: Any) -> None:
-        """ipykernel's init_iopub, with an IOPub thread that has no pipe.
+    def init_sockets(self) -> None:
+        """ipykernel's sockets and threads, without the shell-channel thread."""
+        super().init_sockets()
+        self.shell_channel_thread = None
 
-        The pipe carries the output of forked Python children written through OutStream; this kernel
-        has no OutStream (``__main__.app_options``), so nothing would ever use it. Yet setting it up
-        binds a random TCP port on 127.0.0.1, and before the heartbeat's port is bound: kernels
-        starting together then take each other's connection-file ports now and then, and the loser
-        dies with "Address already in use" (jupyter_client#487; supervisor/rendezvous.py has the
-        whole story). init_iopub names the class through its module, so the class is swapped there
-        for the length of the call.
+    def init_iopub(self, context: zmq.Context[Any]) -> None:
+        """ipykernel's XPUB socket, bound as ipykernel binds it, sent on from the main loop.
+
+        No IOPub pipe either: it carries the output of forked Python children written through
+        OutStream, and this kernel has no OutStream (``__main__.app_options``); setting it up
+        would bind a random TCP port on 127.0.0.1 before the heartbeat's port is bound, and
+        kernels starting together then take each other's connection-file ports now and then
+        (jupyter_client#487; supervisor/rendezvous.py).
         """
-        original = kernelapp.IOPubThread  # type: ignore[attr-defined]
-        kernelapp.IOPubThread = _IOPubThreadWithoutPipe  # type: ignore[attr-defined,assignment]
-        try:
-            super().init_iopub(context)
-        finally:
-            kernelapp.IOPubThread = original  # type: ignore[attr-defined]
+        socket = context.socket(zmq.XPUB)
+        socket.linger = 1000
+        self._apply_curve_server_options(socket)
+        self.iopub_port = self._bind_socket(socket, self.iopub_port)
+        self.log.debug("iopub PUB Channel on port: %i", self.iopub_port)
+        self.configure_tornado_logger()
+        self.iopub_thread = MainLoopIOPub(socket, self.session)
+        self.iopub_socket = self.iopub_thread.background_socket
+
+    def init_kernel(self) -> None:
+        """ipykernel's kernel, whose shell stream sends at once (SendNowStream adds no state to
+        the ZMQStream that ipykernel made and registered with the loop, only that method)."""
+        super().init_kernel()
+        self.kernel.shell_stream.__class__ = SendNowStream
 
     def _configure_logging(self) -> None:
         """traitlets' logging set-up, then the app's logger at its handlers' lowest level.

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from ipykernel._version import kernel_protocol_version
 from ipykernel.kernelbase import Kernel
+from ipykernel.subshell_manager import UnknownSubshellError
 from jupyter_client.session import Session
 from traitlets import Any as AnyTrait
 from traitlets import Dict as DictTrait
@@ -102,9 +103,7 @@ class JuliaKernel(Kernel):
         self.supervisor: JuliaSupervisor = supervisor or supervisor_from_env()
         self._main_loop = MainLoop()  # see jupyter/threads.py: which thread runs what
         self._control_backlog = ControlBacklog()
-        self._iopub = Publisher(
-            self.session, self.iopub_socket, self._topic, self.iopub_thread, self.log
-        )
+        self._iopub = Publisher(self.session, self.iopub_socket, self._topic, self.log)
         self._comms = CommRouter(
             self.supervisor,
             self._iopub,
@@ -304,6 +303,36 @@ class JuliaKernel(Kernel):
             self._reply_unsupported(stream, idents, msg)
             return False
         return True
+
+    # ---- the shell channel ----
+
+    async def shell_main(self, subshell_id: str | None, msg: Any) -> None:
+        """Handle one shell message, read by the main loop itself (jupyter/app.py).
+
+        A message addressed to a subshell gets the reply ipykernel sends for a subshell that
+        does not exist (busy, an ``UnknownSubshellError`` reply, idle): this kernel has none.
+        """
+        requested = self._subshell_of(msg)
+        if requested is not None:
+            idents, parent = self._sess.feed_identities(msg, copy=False)
+            try:
+                request = self._sess.deserialize(parent, content=False, copy=False)
+            except Exception:  # ipykernel logs and drops an invalid message the same way
+                self.log.error("Invalid message", exc_info=True)
+                return
+            self._send_unknown_subshell_reply(idents, request, UnknownSubshellError(requested))
+            return
+        await super().shell_main(subshell_id, msg)
+
+    def _subshell_of(self, msg: Any) -> str | None:
+        """The ``subshell_id`` in a shell message's header, read without its content."""
+        try:
+            _, parts = self._sess.feed_identities(msg, copy=False)
+            header = self._sess.unpack(parts[1].bytes if hasattr(parts[1], "bytes") else parts[1])
+        except Exception:  # dispatch_shell reports an invalid message
+            return None
+        sid = header.get("subshell_id") if isinstance(header, dict) else None
+        return sid if isinstance(sid, str) else None
 
     # ---- comms (routed by comms.CommRouter) ----
 

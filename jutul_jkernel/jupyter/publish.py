@@ -1,10 +1,10 @@
-"""What the kernel publishes on IOPub, and the backpressure that keeps IOPub's queue bounded.
+"""What the kernel publishes on IOPub, each message with the request it belongs to as its parent
+and ipykernel's topic for its type.
 
-Every message goes out with the request it belongs to as its parent and ipykernel's topic for
-its type. ipykernel's IOPub thread queues whatever it is given, without limit: after
-``_IOPUB_SYNC_BYTES`` published, :meth:`Publisher.backpressure` waits until that thread has
-sent its backlog, so that a cell printing gigabytes makes Julia's writes block rather than
-this process's memory grow.
+Messages leave as they are made (jupyter/sockets.py: no queue in this process), so a cell that
+prints gigabytes holds no backlog here; :meth:`Publisher.backpressure` lets the main loop turn
+once per ``_IOPUB_YIELD_BYTES`` published, so that other requests (a comm message, a query)
+are served during such a flood.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from jupyter_client.session import Session
 from jutul_jkernel.supervisor.output_sink import Display
 from jutul_jkernel.supervisor.results import ExecutionResult
 
-_IOPUB_SYNC_BYTES = 1024 * 1024
-_IOPUB_SYNC_TIMEOUT = 10.0
+_IOPUB_YIELD_BYTES = 1024 * 1024
 # MIME types whose bundle value is JSON itself, not text: nbformat's v4 schema
 # (``"^application/(.*\\+)?json$"`` in mimebundle's patternProperties) stores them as JSON.
 # Julia sends them as the text `show` wrote (application/json, and what
@@ -40,15 +39,13 @@ class Publisher:
         session: Session | None,
         socket: Any,
         topic: Callable[[str], bytes],
-        iopub_thread: Any,
         log: logging.Logger | Any,
     ) -> None:
         self._session = session
         self._socket = socket
         self._topic = topic  # ipykernel's Kernel._topic: "kernel.<id>.<topic>"
-        self._iopub_thread = iopub_thread
         self._log = log
-        self._unsynced_bytes = 0  # published since the IOPub thread last caught up
+        self._unyielded_bytes = 0  # published since the main loop last turned
 
     def send(
         self,
@@ -73,7 +70,7 @@ class Publisher:
         )
 
     def stream(self, name: str, text: str, parent: Parent | None) -> None:
-        self._unsynced_bytes += len(text)
+        self._unyielded_bytes += len(text)
         self.send("stream", {"name": name, "text": text}, parent, topic=f"stream.{name}")
 
     def display(self, shown: Display, parent: Parent | None) -> None:
@@ -92,25 +89,10 @@ class Publisher:
         return _decode_json_values(data, self._log)
 
     async def backpressure(self) -> None:
-        """Wait for the IOPub thread to send its backlog once enough output was queued."""
-        if self._unsynced_bytes < _IOPUB_SYNC_BYTES or self._iopub_thread is None:
-            return
-        self._unsynced_bytes = 0
-        loop = asyncio.get_running_loop()
-        caught_up: asyncio.Future[None] = loop.create_future()
-
-        def resolve() -> None:
-            if not caught_up.done():
-                caught_up.set_result(None)
-
-        def done() -> None:  # runs on the IOPub thread after everything queued before it
-            loop.call_soon_threadsafe(resolve)
-
-        self._iopub_thread.schedule(done)
-        try:
-            await asyncio.wait_for(caught_up, _IOPUB_SYNC_TIMEOUT)
-        except (asyncio.TimeoutError, TimeoutError):
-            self._log.warning("the IOPub thread is %.0f s behind", _IOPUB_SYNC_TIMEOUT)
+        """Let the main loop turn once enough output was published since it last did."""
+        if self._unyielded_bytes >= _IOPUB_YIELD_BYTES:
+            self._unyielded_bytes = 0
+            await asyncio.sleep(0)
 
 
 def _decode_json_values(data: dict[str, Any], log: logging.Logger | Any) -> dict[str, Any]:
