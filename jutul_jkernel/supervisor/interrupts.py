@@ -17,8 +17,9 @@ from typing import Any
 
 from jutul_jkernel.protocol.wire import FrameKind, encode
 from jutul_jkernel.supervisor.errors import JuliaDiedError
-from jutul_jkernel.supervisor.julia_process import REAP_WAIT, JuliaProcess
+from jutul_jkernel.supervisor.julia_process import JuliaProcess
 from jutul_jkernel.supervisor.results import ExecutionResult, InterruptStep
+from jutul_jkernel.supervisor.spawn import REAP_WAIT
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,12 @@ start() to adopt: the kernel's entry point uses it so that Julia boots while ipy
 being imported.
 
 It composes the concerns that have modules of their own in this package: startup.py (a Julia
-until it is connected: launched, adopted, handshake), julia_process.py (one incarnation: spawn,
-signals, log, stop), routing.py (where each frame and output byte goes), execution.py (one
-execution and its own frames), interrupts.py (interrupts), frame_payloads.py (checking what
-frames carry), output_sink.py (where output goes), results.py and errors.py (what callers get).
+until it is connected: launched, adopted, handshake), launch_settings.py and spawn.py (what
+Julia is started with, and the spawn), julia_process.py (one incarnation: requests, signals,
+log, stop), post_mortem.py (explaining a death), routing.py (where each frame and output byte
+goes), execution.py (one execution and its own frames), interrupts.py (interrupts),
+frame_payloads.py (checking what frames carry), output_sink.py (where output goes),
+results.py and errors.py (what callers get).
 
 Usage from plain Python::
 
@@ -40,14 +42,12 @@ from jutul_jkernel.supervisor.errors import JuliaDiedError, JuliaStartupError, d
 from jutul_jkernel.supervisor.execution import Execution
 from jutul_jkernel.supervisor.frame_payloads import encode_comm
 from jutul_jkernel.supervisor.interrupts import Claims, Interrupt, InterruptLadder, settle_wait
-from jutul_jkernel.supervisor.julia_process import (
-    IS_WINDOWS,
-    JuliaProcess,
-    LaunchSettings,
-)
+from jutul_jkernel.supervisor.julia_process import JuliaProcess
+from jutul_jkernel.supervisor.launch_settings import LaunchSettings
 from jutul_jkernel.supervisor.output_sink import CommMessage, OutputSink, StreamCallback, as_sink
 from jutul_jkernel.supervisor.results import ErrorInfo, ExecutionResult, InterruptStep
 from jutul_jkernel.supervisor.routing import FrameRouter
+from jutul_jkernel.supervisor.spawn import IS_WINDOWS
 from jutul_jkernel.supervisor.startup import JuliaStarter
 
 # Re-exported: callers import what the supervisor raises and returns from here.
