@@ -497,7 +497,7 @@ INTERRUPT_CASES: dict[str, tuple[str, set[str]]] = {
     ),
 }
 PRINTING_CASES = {"printing loop", "compute, print and sleep"}
-CUT_SHORT = "Output cut short:"  # escalation.Interrupt.notices
+CUT_SHORT = "Output cut short:"  # interrupt_state.Interrupt.notices
 SPIN = "function spin(); {started}; x = 0.0; while true; x += 1.0; end; end; spin()"
 # "Nothing stops it": thread 1 blocks SIGUSR2, which Julia's signal thread uses to deliver
 # SIGINT (and to force it), then spins without safepoints. Only a kill ends it.

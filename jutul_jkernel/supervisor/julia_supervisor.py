@@ -41,7 +41,9 @@ from jutul_jkernel.supervisor import children
 from jutul_jkernel.supervisor.errors import JuliaDiedError, JuliaStartupError, describe_exit
 from jutul_jkernel.supervisor.execution import Execution
 from jutul_jkernel.supervisor.frame_payloads import encode_comm
-from jutul_jkernel.supervisor.interrupts import Claims, Interrupt, InterruptLadder, settle_wait
+from jutul_jkernel.supervisor.interrupt_claims import Claims
+from jutul_jkernel.supervisor.interrupt_state import Interrupt
+from jutul_jkernel.supervisor.interrupts import InterruptLadder, settle_wait
 from jutul_jkernel.supervisor.julia_process import JuliaProcess
 from jutul_jkernel.supervisor.launch_settings import LaunchSettings
 from jutul_jkernel.supervisor.output_sink import CommMessage, OutputSink, StreamCallback, as_sink
