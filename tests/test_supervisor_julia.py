@@ -604,7 +604,7 @@ async def test_sigint_alone_stops_each_case(
     if signals > 1:
         # A SIGINT of the burst may still be in flight: let the supervisor's own SYN round
         # trip make it land before the next cell, as it does after its own burst.
-        julia._needs_sync = True
+        julia._executions.needs_sync = True
     assert result.status == "interrupted", result
     assert result.interrupt_path is None  # the supervisor did nothing: the SIGINT did it
     assert result.error is not None and result.error.ename == "InterruptException"

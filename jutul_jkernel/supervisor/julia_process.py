@@ -52,6 +52,11 @@ class JuliaProcess:
     death: JuliaDiedError | None = None
     last_frame_at: float = 0.0  # loop time of the last frame or output read
 
+    @property
+    def running(self) -> bool:
+        """Whether it has neither died nor been stopped, and has not exited."""
+        return not self.dead and self.proc.returncode is None
+
     async def send(self, data: bytes) -> None:
         if self.dead or self.writer is None:
             raise self.death or JuliaDiedError("Julia is not running")
