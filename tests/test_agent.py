@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 from jutul_jkernel.agents.agent import MARKER, escape_body, unescape_body
-from jutul_jkernel.supervisor.julia_process import default_threads
+from jutul_jkernel.supervisor.launch_settings import default_threads
 
 from .conftest import REAP_GRACE, SHARED_KERNEL_PIDS
 

@@ -69,7 +69,7 @@ def sigint_a_running_cell(kc: BlockingKernelClient, julia: int) -> None:
     Sent while Julia is idle, such a SIGINT has no cell to end, and Julia may take it late: still
     busy in Distributed's tasks after a pmap, it took 2 of 25 only once the next cell ran, which
     then ended interrupted (fresh clone A of 9328f3d; `kill -INT` beside the supervisor's own
-    SIGINTs, which a SYN round trip settles before the next cell, supervisor/julia_supervisor.py
+    SIGINTs, which a SYN round trip settles before the next cell, supervisor/execution_queue.py
     `_sync`).
     """
     msg_id = kc.execute('println("jjk-waiting"); sleep(600)')

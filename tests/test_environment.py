@@ -17,8 +17,8 @@ import psutil
 import pytest
 import pytest_asyncio
 
-from jutul_jkernel.supervisor.julia_process import split_startup_file_flag
 from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
+from jutul_jkernel.supervisor.launch_settings import split_startup_file_flag
 
 from .conftest import ANSI, STARTUP_TIMEOUT, Output, private_depot
 from .supervisors import CELL_BOUND, INTERRUPT_BOUND, run, shared_supervisor

@@ -25,7 +25,7 @@ import zmq
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from jutul_jkernel.supervisor.julia_process import default_threads
+from jutul_jkernel.supervisor.launch_settings import default_threads
 
 from .clients import (
     REPLY_TIMEOUT,

@@ -497,7 +497,7 @@ INTERRUPT_CASES: dict[str, tuple[str, set[str]]] = {
     ),
 }
 PRINTING_CASES = {"printing loop", "compute, print and sleep"}
-CUT_SHORT = "Output cut short:"  # escalation.Interrupt.notices
+CUT_SHORT = "Output cut short:"  # interrupt_state.Interrupt.notices
 SPIN = "function spin(); {started}; x = 0.0; while true; x += 1.0; end; end; spin()"
 # "Nothing stops it": thread 1 blocks SIGUSR2, which Julia's signal thread uses to deliver
 # SIGINT (and to force it), then spins without safepoints. Only a kill ends it.
@@ -604,7 +604,7 @@ async def test_sigint_alone_stops_each_case(
     if signals > 1:
         # A SIGINT of the burst may still be in flight: let the supervisor's own SYN round
         # trip make it land before the next cell, as it does after its own burst.
-        julia._needs_sync = True
+        julia._executions.needs_sync = True
     assert result.status == "interrupted", result
     assert result.interrupt_path is None  # the supervisor did nothing: the SIGINT did it
     assert result.error is not None and result.error.ename == "InterruptException"

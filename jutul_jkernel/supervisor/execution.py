@@ -26,7 +26,7 @@ from jutul_jkernel.supervisor.frame_payloads import (
     json_object,
     payload_item_of,
 )
-from jutul_jkernel.supervisor.interrupts import Interrupt
+from jutul_jkernel.supervisor.interrupt_state import Interrupt
 from jutul_jkernel.supervisor.julia_process import JuliaProcess
 from jutul_jkernel.supervisor.output_sink import OutputSink
 from jutul_jkernel.supervisor.results import ErrorInfo, ExecutionResult

@@ -1,24 +1,24 @@
-"""Interrupt escalation: INT frame, SIGINT, a burst of SIGINTs, a restart; each step only until
-Julia takes the interrupt. One :class:`Interrupt` record per execution holds all of its
-interrupt state, and only the :class:`InterruptLadder` moves it up the steps.
+"""The interrupt ladder: an INT frame, a SIGINT, a burst of SIGINTs, a restart; each step only
+until Julia takes the interrupt. The :class:`InterruptLadder` alone moves an execution's
+:class:`Interrupt` record (supervisor/interrupt_state.py) up the steps, and races Julia for each
+request on the claims directory (supervisor/interrupt_claims.py). Its Julia side, how an
+interrupt reaches the running cell, is julia/JKernel/src/interrupts.jl.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import shutil
-import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from jutul_jkernel.protocol.wire import FrameKind, encode
 from jutul_jkernel.supervisor.errors import JuliaDiedError
-from jutul_jkernel.supervisor.julia_process import REAP_WAIT, JuliaProcess
-from jutul_jkernel.supervisor.results import ExecutionResult, InterruptStep
+from jutul_jkernel.supervisor.interrupt_claims import Claims
+from jutul_jkernel.supervisor.interrupt_state import Interrupt
+from jutul_jkernel.supervisor.julia_process import JuliaProcess
+from jutul_jkernel.supervisor.results import InterruptStep
+from jutul_jkernel.supervisor.spawn import REAP_WAIT
 
 log = logging.getLogger(__name__)
 
@@ -32,21 +32,12 @@ log = logging.getLogger(__name__)
 # any frame from Julia, we send SIGINT, which lands at the next safepoint (~2 ms for allocating
 # code). While frames still arrive, the ACK is queued behind them (a cell printing flat out) and
 # we keep waiting, up to _INT_ACK_MAX: a SIGINT that reaches Julia while it waits in libuv can
-# unwind through a libuv callback, and once left a pipe pump deaf, so that the cell never ended
-# (seen in 1 of ~30 print floods through the kernel).
+# unwind through a libuv callback, and the I/O that callback served then stops for good, so
+# that the cell never ends.
+# Whether the INT frame or the SIGINT delivers a request is decided by a race on the claims
+# directory, so that one request is delivered once: supervisor/interrupt_claims.py says how.
 _INT_ACK_WAIT = 0.02
 _INT_ACK_MAX = 3.0
-# One request, one delivery. The INT frame and the SIGINT that follows it are two
-# ways to deliver one request, and either alone may be late: the listener reads the frame only
-# when the cell yields, perhaps long after the SIGINT (a cell that catches the interrupt and
-# prints a report), or just as the silence runs out, so that its ACK and our SIGINT cross. A
-# round trip (the listener asks, we answer "deliver" or "drop") only moves the race: the answer
-# too is read only when the cell next yields. So the two sides race for the request on an
-# atomic primitive both have, mkdir of <claims>/<request> (POSIX mkdir(2), Windows
-# CreateDirectoryW; Julia's `mkdir` is uv_fs_mkdir, JuliaLang/julia release-1.10,
-# release-1.12 and master base/file.jl): the listener delivers the frame only if it made the
-# directory, we send the SIGINT only if we did. A listener that finds it made already answers
-# ACK all the same: it runs, so the SIGINT, sent as we claimed, lands at its next safepoint.
 # The listener's ACK says only that the INT frame was handed to the cell. Code that catches the
 # interrupt can go on, or hang: Pkg's precompile (JuliaLang/julia release-1.12
 # base/precompilation.jl, and Pkg release-1.10 src/precompilation.jl) catches it in
@@ -63,10 +54,11 @@ _UNWIND_WAIT = 1.0
 # Julia also forces the throw into its compiler, which a cold cell may be in for a while.
 _SIGINT_WAIT = 0.5
 # Julia defers a SIGINT while it compiles, and a forced throw that lands in its compiler wedges
-# or crashes it (seen: interrupting a cold `] add`, 4 of 4 trials lost the session). Compiling
-# touches new memory all the time and a loop without safepoints none, so while the main thread
-# has taken a page fault within the last _COMPILE_QUIET we wait for the deferred SIGINT instead
-# of forcing, up to _COMPILE_WAIT. Where /proc is missing we force as before.
+# or crashes it (a cold `] add` spends most of its time compiling). Compiling touches new memory
+# all the time and a loop without safepoints none, so while the main thread has taken a page
+# fault within the last _COMPILE_QUIET we wait for the deferred SIGINT instead of forcing, up to
+# _COMPILE_WAIT. Where /proc is missing, nothing tells compiling from spinning: the burst
+# follows at once.
 _COMPILE_SAMPLE = 0.1
 _COMPILE_QUIET = 0.5  # LLVM's own passes can go a quarter second without a new page
 _COMPILE_WAIT = 30.0
@@ -80,9 +72,6 @@ _BURST_WAIT = 3.0
 # goes on: it gets the interrupt again, as a new request, as the INT frame's rung does after
 # _UNWIND_WAIT; a wedged Julia ends in that request's restart.
 _AFTER_SIGNAL_WAIT = 15.0
-# From an interrupt until Julia acknowledges it, output still arriving is dropped beyond this
-# much: a flood's megabytes in flight would hold IOPub, and the cell's error, behind them.
-_KEPT_IN_FLIGHT = 8 * 1024
 
 
 def settle_wait() -> float:
@@ -98,123 +87,6 @@ def settle_wait() -> float:
         + _AFTER_SIGNAL_WAIT
         + 2 * REAP_WAIT
     )
-
-
-@dataclass
-class Interrupt:
-    """All the interrupt state of one execution; only the ladder changes ``step``."""
-
-    execution: int  # the execution's id: its INT frames and ACKs carry it
-    result: asyncio.Future[ExecutionResult]  # the execution's fate
-    step: InterruptStep | None = None  # how far the latest escalation went; None: never
-    furthest: InterruptStep | None = None  # how far any escalation of this execution went
-    task: asyncio.Task[None] | None = None  # the escalation under way
-    taken: bool = False  # Julia took the current interrupt; the cell may still go on
-    again: bool = False  # another interrupt was asked for while one was under way
-    acks: int = 0  # ACK frames of this execution so far (the listener's and run_cell's)
-    requests: list[int] = field(default_factory=list)  # its interrupt requests (claims)
-    # From an interrupt request until Julia ACKs it, output beyond _KEPT_IN_FLIGHT is dropped
-    # rather than delivered: it was printed before the interrupt, and a cell printing flat out
-    # can have megabytes in flight, which IOPub would send before the cell's error.
-    discarding: bool = False
-    kept_in_flight: int = 0  # bytes passed on while an interrupt was on its way
-    dropped_bytes: int = 0
-
-    def reach(self, step: InterruptStep) -> None:
-        self.step = step
-        self.furthest = step if self.furthest is None else max(self.furthest, step)
-
-    @property
-    def signalled(self) -> bool:
-        """A SIGINT was sent (one may still be on its way)."""
-        return self.furthest is not None and self.furthest >= InterruptStep.SIGINT
-
-    @property
-    def forced(self) -> bool:
-        return self.furthest is not None and self.furthest >= InterruptStep.FORCED
-
-    @property
-    def restarted(self) -> bool:
-        """Julia was killed for this execution's interrupt."""
-        return self.furthest is InterruptStep.RESTART
-
-    def heard(self, *, ack: bool) -> None:
-        """Julia answered this execution (an ACK, or another reply under its id): what it
-        writes from now on was written after the interrupt."""
-        self.discarding = False
-        self.acks += ack
-
-    def notices(self, *, interrupted: bool) -> list[str]:
-        """What the user must be told of this execution's interrupts, once it ended."""
-        notices = []
-        if interrupted and self.forced:
-            notices.append(
-                "The interrupt had to be forced (the code was not at a safepoint); "
-                "Julia's state may be inconsistent. Restart if anything misbehaves."
-            )
-        if self.dropped_bytes:
-            notices.append(
-                f"Output cut short: {self.dropped_bytes} bytes printed before the interrupt "
-                "reached Julia were dropped, so that the interrupt did not wait for them."
-            )
-        return notices
-
-    def pass_on(self, data: bytes) -> bytes:
-        """What of output just read is passed on: all of it, or while an interrupt is on its
-        way the first few KiB (the last lines the cell printed before it was stopped); the rest
-        of a flood in flight is dropped, and the result says so."""
-        if not self.discarding:
-            return data
-        kept = data[: max(0, _KEPT_IN_FLIGHT - self.kept_in_flight)]
-        self.kept_in_flight += len(kept)
-        self.dropped_bytes += len(data) - len(kept)
-        return kept
-
-
-class Claims:
-    """The directory where the INT frame and the SIGINT race for each interrupt request (see
-    _INT_ACK_MAX); one per supervisor, so request ids never repeat in it."""
-
-    def __init__(self) -> None:
-        self.path: Path | None = None
-
-    def make(self, beside: Path) -> Path | None:
-        """Make it (once) in ``beside``; None if it cannot be (both sides then deliver as they
-        can, as before claims)."""
-        if self.path is None:
-            try:
-                # Absolute: Julia runs in another working directory (cwd) than a relative
-                # log directory is relative to.
-                self.path = Path(tempfile.mkdtemp(prefix="claims-", dir=beside)).absolute()
-            except OSError as exc:
-                log.warning("no interrupt claims directory in %s: %s", beside, exc)
-        return self.path
-
-    def claim(self, request: int) -> bool:
-        """Claim ``request`` for a SIGINT; False if Julia's listener claimed it for the INT
-        frame. Signal at once after a True: no await between."""
-        if self.path is None:
-            return True
-        try:
-            (self.path / str(request)).mkdir()
-        except FileExistsError:
-            return False
-        except OSError as exc:
-            log.warning("could not claim interrupt %s (%s); signalling anyway", request, exc)
-        return True
-
-    def settle(self, requests: list[int]) -> None:
-        """Julia claims only for the running evaluation (or one not started): once it ended,
-        its claims are settled."""
-        for request in requests:
-            if self.path is not None:
-                with contextlib.suppress(OSError):
-                    (self.path / str(request)).rmdir()
-
-    def remove(self) -> None:
-        path, self.path = self.path, None
-        if path is not None:
-            shutil.rmtree(path, ignore_errors=True)
 
 
 class InterruptLadder:
@@ -313,8 +185,8 @@ class InterruptLadder:
                         break
                 taken = taken or await _taken(it, ack, _BURST_WAIT)
             # A signal can land anywhere, even in a libuv callback, and leave the server unable
-            # to finish the cell (seen twice in 120 interrupts under load). Taken, the cell ends
-            # in seconds; past _AFTER_SIGNAL_WAIT a restart beats a session that never answers.
+            # to finish the cell. Taken, the cell ends in seconds; past _AFTER_SIGNAL_WAIT a
+            # restart beats a session that never answers.
             # A cell whose own code caught the interrupt may go on meanwhile, and a new
             # interrupt then starts over (see request()).
             if taken:

@@ -11,10 +11,15 @@ start() to adopt: the kernel's entry point uses it so that Julia boots while ipy
 being imported.
 
 It composes the concerns that have modules of their own in this package: startup.py (a Julia
-until it is connected: launched, adopted, handshake), julia_process.py (one incarnation: spawn,
-signals, log, stop), routing.py (where each frame and output byte goes), execution.py (one
-execution and its own frames), interrupts.py (interrupts), frame_payloads.py (checking what
-frames carry), output_sink.py (where output goes), results.py and errors.py (what callers get).
+until it is connected: launched, adopted, handshake), launch_settings.py and spawn.py (what
+Julia is started with, and the spawn), julia_process.py (one incarnation: requests, signals,
+log, stop), reader.py (reading its socket and pipes), routing.py (where each frame and output
+byte goes), execution_queue.py (executions one at a time), execution.py (one execution and its
+own frames), interrupts.py with interrupt_state.py and interrupt_claims.py (interrupts),
+queries.py (complete, inspect, is_complete; SYN), post_mortem.py (explaining a death),
+frame_payloads.py (checking what frames carry), output_sink.py (where output goes),
+results.py and errors.py (what callers get). Left here: the Julia it holds, from its start to
+its death or stop, and the public API.
 
 Usage from plain Python::
 
@@ -25,28 +30,26 @@ Usage from plain Python::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from jutul_jkernel import settings
-from jutul_jkernel.protocol.wire import Decoder, Frame, FrameKind, ProtocolError, encode
-from jutul_jkernel.supervisor import children
+from jutul_jkernel.protocol.wire import Decoder, Frame, FrameKind, encode
+from jutul_jkernel.supervisor import queries
 from jutul_jkernel.supervisor.errors import JuliaDiedError, JuliaStartupError, describe_exit
-from jutul_jkernel.supervisor.execution import Execution
+from jutul_jkernel.supervisor.execution_queue import ExecutionQueue
 from jutul_jkernel.supervisor.frame_payloads import encode_comm
-from jutul_jkernel.supervisor.interrupts import Claims, Interrupt, InterruptLadder, settle_wait
-from jutul_jkernel.supervisor.julia_process import (
-    IS_WINDOWS,
-    JuliaProcess,
-    LaunchSettings,
-)
+from jutul_jkernel.supervisor.interrupt_claims import Claims
+from jutul_jkernel.supervisor.interrupts import InterruptLadder
+from jutul_jkernel.supervisor.julia_process import JuliaProcess
+from jutul_jkernel.supervisor.launch_settings import LaunchSettings
 from jutul_jkernel.supervisor.output_sink import CommMessage, OutputSink, StreamCallback, as_sink
-from jutul_jkernel.supervisor.results import ErrorInfo, ExecutionResult, InterruptStep
+from jutul_jkernel.supervisor.post_mortem import lost_state_notice
+from jutul_jkernel.supervisor.reader import JuliaReader, open_streams
+from jutul_jkernel.supervisor.results import ErrorInfo, ExecutionResult
 from jutul_jkernel.supervisor.routing import FrameRouter
 from jutul_jkernel.supervisor.startup import JuliaStarter
 
@@ -65,11 +68,6 @@ log = logging.getLogger(__name__)
 
 # A cold Julia needs ~1 s to connect; a big --sysimage or a slow disk much more.
 _STARTUP_TIMEOUT = 60.0
-_READ_CHUNK_BYTES = 256 * 1024
-# Completion, inspection and is_complete answer in milliseconds once compiled; a query waits
-# this long when a computing cell keeps Julia from answering.
-_QUERY_TIMEOUT = 30.0
-_SYNC_TIMEOUT = 5.0
 
 
 class JuliaSupervisor:
@@ -113,20 +111,18 @@ class JuliaSupervisor:
                 self._setting_error = f"{exc}: set it to a number of seconds, or unset it"
                 self.startup_timeout = _STARTUP_TIMEOUT
         self._julia: JuliaProcess | None = None  # connected; before that, self._starter's
-        self._lock = asyncio.Lock()  # serialises executions
         self._start_lock = asyncio.Lock()
-        self._next_id = 0
-        # The running execution. execute() sets it; whoever finishes the execution (execute,
-        # or _settle when execute was cancelled) clears it, in _end_execution.
-        self._current: Execution | None = None
-        self._lost_state: str | None = None  # notice for the next execution after a death
-        self._needs_sync = False
-        self._interrupt_pending = False  # interrupt() came while an execution was starting
-        self._settling: asyncio.Task[None] | None = None  # see _settle
+        self._next_id = 0  # executions, queries, SYNs and interrupt requests share the ids
         self._claims = Claims()
         self._starter = JuliaStarter(Path(log_dir) if log_dir else None, self._claims)
-        self._route = FrameRouter(lambda: self._current, stray or OutputSink())
-        self._ladder = InterruptLadder(self._claims, self._new_id)
+        self._executions = ExecutionQueue(
+            lambda: self.start(),
+            lambda: self._julia,
+            self._new_id,
+            InterruptLadder(self._claims, self._new_id),
+        )
+        self._route = FrameRouter(lambda: self._executions.current, stray or OutputSink())
+        self._reader = JuliaReader(self._route, lambda: self._julia, self._on_death)
         self._closed = False
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -153,7 +149,7 @@ class JuliaSupervisor:
     def alive(self) -> bool:
         """Whether a Julia process is running and connected."""
         j = self._julia
-        return j is not None and not j.dead and j.proc.returncode is None
+        return j is not None and j.running
 
     @property
     def pid(self) -> int | None:
@@ -210,7 +206,7 @@ class JuliaSupervisor:
                 return encode(FrameKind.EXE, eid, payload=code.encode())
             return encode(FrameKind.EXN, eid, name, payload=code.encode())
 
-        return await self._run(frame_of, as_sink(sink))
+        return await self._executions.run(frame_of, as_sink(sink))
 
     async def deliver_comm(
         self, message: CommMessage, sink: OutputSink | None = None
@@ -224,105 +220,24 @@ class JuliaSupervisor:
         answered there with a comm_close. A callback's error is printed on its stderr, and the
         result is "ok" unless the callback was interrupted.
         """
-        return await self._run(lambda eid: encode_comm(eid, message), sink or OutputSink())
-
-    async def _run(self, frame_of: Callable[[int], bytes], sink: OutputSink) -> ExecutionResult:
-        """Send the request ``frame_of(id)`` makes for a new execution id; wait for its result."""
-        async with self._lock:
-            if self._settling is not None:
-                await self._settling  # a cancelled execution is still being interrupted
-            await self.start()
-            notice, self._lost_state = self._lost_state, None
-            if self._needs_sync:
-                await self._sync()
-            j = self._julia
-            assert j is not None and j.writer is not None
-            eid = self._new_id()
-            future: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
-            ex = Execution(eid, sink, future, Interrupt(eid, future))
-            self._current = ex
-            j.stderr_tail.clear()  # a death report quotes this execution's stderr only
-            if not IS_WINDOWS:
-                ex.children_before = children.descendants(j.proc.pid)
-            try:
-                frame = frame_of(ex.id)
-                if self._interrupt_pending:
-                    # Interrupted before it was sent: it never runs, and nothing needs a signal
-                    # (a cold Julia compiling its first cell is where a forced SIGINT hurts).
-                    self._interrupt_pending = False
-                    ex.interrupt.reach(InterruptStep.UNSENT)
-                    ex.resolve("int", "InterruptException")
-                else:
-                    await j.send(frame)
-                # Shielded: cancelling this task must not cancel the future, which stays
-                # the cell's fate while _settle interrupts it.
-                result = await asyncio.shield(ex.future)
-                if result.status == "interrupted":
-                    await ex.stop_children(j)
-            except asyncio.CancelledError:
-                if self.alive and not ex.future.done():
-                    # The caller gave up on the cell (a timeout, a cancelled task), but Julia
-                    # still runs it, perhaps blocked in C: it is interrupted as interrupt()
-                    # would, and the next execution waits until it has ended, instead of
-                    # queueing behind it.
-                    self._settling = asyncio.create_task(self._settle(ex))
-                raise
-            finally:
-                if self._settling is None:
-                    self._end_execution(ex)
-            if notice:
-                result.notice = notice if not result.notice else f"{notice}\n{result.notice}"
-            return result
-
-    async def _settle(self, ex: Execution) -> None:
-        """Interrupt a cancelled execution and wait (bounded by the escalation, which ends in
-        a restart) until it has ended."""
-        try:
-            self._ladder.ensure(ex.interrupt, self._julia)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(ex.future), settle_wait())
-            if (
-                ex.future.done()
-                and ex.future.exception() is None
-                and not ex.future.result().state_kept
-            ):
-                # The escalation ended in a restart. Nobody reads a cancelled execution's result,
-                # so the next execution says that the state was lost.
-                self._lost_state = ex.future.result().notice
-            j = self._julia
-            if (
-                j is not None
-                and ex.future.done()
-                and ex.future.exception() is None
-                and ex.future.result().status == "interrupted"
-            ):
-                await ex.stop_children(j)
-        finally:
-            self._end_execution(ex)
-            self._settling = None
+        return await self._executions.run(
+            lambda eid: encode_comm(eid, message), sink or OutputSink()
+        )
 
     async def interrupt(self) -> None:
         """Interrupt the running execution, escalating as needed; return at once.
 
         The execution's result says how it ended: interrupted with state kept, or (if Julia
-        ignored every interrupt) interrupted after a restart, with ``state_kept`` False.
+        ignored every interrupt) interrupted after a restart, with ``state_kept`` False. One
+        that comes while an execution waits for Julia to start resolves it unsent.
         """
-        ex = self._current
-        if ex is None and self._lock.locked() and not self.alive:
-            # An execution waits for Julia to start (seconds): it is the one the user means, so
-            # it is resolved as interrupted instead of sent. A request that arrives within the
-            # milliseconds between two executions is not taken for the next one.
-            self._interrupt_pending = True
-            return
-        if ex is None or ex.future.done():
-            return
-        self._ladder.request(ex.interrupt, self._julia)
+        self._executions.interrupt()
 
     async def restart(self) -> None:
         """Stop Julia and start a fresh one: all state is lost."""
         async with self._start_lock:
             await self._stop_julia(reason="was restarted")
-            self._lost_state = None
+            self._executions.lost_state = None
             await self._spawn()
 
     async def shutdown(self) -> None:
@@ -330,6 +245,7 @@ class JuliaSupervisor:
         self._closed = True
         self._starter.stop(connected=self._julia)
         await self._stop_julia(reason="was shut down")
+        self._reader.stop()
         for task in list(self._background):
             task.cancel()
         self._claims.remove()
@@ -359,6 +275,12 @@ class JuliaSupervisor:
         """Whether Julia would take a comm_open to ``target`` (a package defined
         ``register_comm`` for it). Answered while a cell runs, if it yields."""
         return bool((await self._query("comm_target", target, 0)).get("known"))
+
+    async def _query(self, op: str, code: str, cursor: int) -> dict[str, Any]:
+        await self.start()
+        j = self._julia
+        assert j is not None
+        return await queries.query(j, self._new_id(), op, code, cursor)
 
     # ---- start-up ----
 
@@ -393,7 +315,7 @@ class JuliaSupervisor:
         j, launched = self._starter.adopt(self._settings())
         try:
             conn, decoder, early = await self._starter.handshake(
-                j, launched, self.startup_timeout, self._piped
+                j, launched, self.startup_timeout, self._reader.piped
             )
             await self._connect(j, conn, decoder, early)
         except JuliaStartupError:
@@ -418,11 +340,11 @@ class JuliaSupervisor:
         self, j: JuliaProcess, conn: socket.socket, decoder: Decoder, early: list[Frame]
     ) -> None:
         """Take Julia's checked connection and wait for its INF frame; then it is self._julia."""
-        j.reader, j.writer = await asyncio.open_connection(sock=conn, limit=_READ_CHUNK_BYTES)
+        j.reader, j.writer = await open_streams(conn)
         self._julia = j
-        self._needs_sync = False  # no SIGINT of ours is in flight to a new Julia
+        self._executions.needs_sync = False  # no SIGINT of ours is in flight to a new Julia
         info_waiter = j.replies.expect(0)
-        j.reader_task = asyncio.create_task(self._read_loop(j, decoder, early))
+        j.reader_task = asyncio.create_task(self._reader.read_loop(j, decoder, early))
         try:
             await asyncio.wait_for(info_waiter, self.startup_timeout)
         except (TimeoutError, asyncio.TimeoutError):
@@ -432,99 +354,6 @@ class JuliaSupervisor:
         except JuliaDiedError as exc:
             raise JuliaStartupError(str(exc)) from None
 
-    # ---- the connection ----
-
-    async def _read_loop(self, j: JuliaProcess, decoder: Decoder, early: list[Frame]) -> None:
-        assert j.reader is not None
-        reason = "closed its connection"
-        try:
-            for frame in early:  # arrived with the handshake
-                await self._route.handle(j, frame)
-            while True:
-                data = await j.reader.read(_READ_CHUNK_BYTES)
-                if not data:
-                    decoder.check_eof()
-                    break
-                frames = decoder.feed(data)
-                if frames:
-                    j.last_frame_at = asyncio.get_running_loop().time()
-                for frame in frames:
-                    await self._route.handle(j, frame)
-                backpressure = self._route.sink_now().backpressure
-                if backpressure is not None and self._route.reading_waits():
-                    await backpressure()
-        except ProtocolError as exc:
-            reason = f"sent a malformed frame ({exc})"
-            log.error("protocol error from Julia: %s", exc)
-        except ConnectionError as exc:
-            reason = f"dropped its connection ({exc})"
-        except asyncio.CancelledError:
-            return
-        except Exception as exc:  # a frame we could not handle: same as malformed, never a hang
-            reason = f"sent a frame the supervisor could not handle ({exc!r})"
-            log.exception("handling a frame from Julia failed")
-        await self._on_death(j, reason)
-
-    def _piped(self, j: JuliaProcess, name: str, data: bytes) -> None:
-        """Output read from the pipes; pause them while the consumer catches up."""
-        if self._julia is not j:
-            j.append_to_log(name, data)  # still starting (or already replaced)
-            return
-        # Julia is still sending: the escalation waits for its ACK instead of signalling.
-        j.last_frame_at = asyncio.get_running_loop().time()
-        self._route.output(j, name, data)
-        pipes = j.pipes
-        backpressure = self._route.sink_now().backpressure
-        if backpressure is None or pipes is None or pipes.paused or not self._route.reading_waits():
-            return
-        pipes.pause()
-
-        async def catch_up() -> None:
-            try:
-                await backpressure()
-            finally:
-                pipes.resume()
-
-        task = asyncio.create_task(catch_up())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _query(self, op: str, code: str, cursor: int) -> dict[str, Any]:
-        await self.start()
-        j = self._julia
-        assert j is not None
-        qid = self._new_id()
-        query = encode(FrameKind.QRY, qid, op, max(0, cursor), payload=code.encode())
-        try:
-            result: dict[str, Any] = await j.ask(qid, query, _QUERY_TIMEOUT)
-        except (TimeoutError, asyncio.TimeoutError):
-            msg = (
-                f"Julia did not answer a {op} query within {_QUERY_TIMEOUT:g} s "
-                "(a running cell that computes without yielding keeps it busy)"
-            )
-            raise TimeoutError(msg) from None
-        return result
-
-    async def _sync(self) -> None:
-        """Round-trip a SYN so that any SIGINT still in flight lands before the next cell."""
-        j = self._julia
-        assert j is not None
-        sid = self._new_id()
-        try:
-            await j.ask(sid, encode(FrameKind.SYN, sid), _SYNC_TIMEOUT)
-        except (TimeoutError, asyncio.TimeoutError):
-            log.warning("Julia did not answer a SYN within %g s", _SYNC_TIMEOUT)
-        self._needs_sync = False
-
-    def _end_execution(self, ex: Execution) -> None:
-        """The one place an execution ends: it stops being current, its escalation and input
-        requests stop, and a SIGINT it may have left in flight is synced before the next."""
-        if self._current is ex:
-            self._current = None
-        ex.stop_asking()
-        if self._ladder.finish(ex.interrupt):
-            self._needs_sync = True
-
     # ---- death and teardown ----
 
     async def _on_death(self, j: JuliaProcess, reason: str) -> None:
@@ -532,36 +361,17 @@ class JuliaSupervisor:
         if j.dead:
             return
         j.death = await j.reap_after_death(reason)
-        how = j.death.exit_description
-        ex = self._current
-        restarted = ex is not None and ex.interrupt.restarted  # killed for ignoring interrupts
-        if ex is not None and not ex.future.done():
-            if restarted:
-                ex.future.set_result(
-                    ExecutionResult(
-                        status="interrupted",
-                        text="InterruptException",
-                        state_kept=False,
-                        interrupt_path=InterruptStep.RESTART.path,
-                        notice="Julia did not respond to interrupts and was restarted: variables, "
-                        "functions and packages loaded before are gone.",
-                    )
-                )
-            else:
-                ex.future.set_exception(j.death)
+        restarted = self._executions.julia_died(j.death)  # killed for ignoring interrupts
         j.replies.fail_all(j.death)
         self._julia_ended()
         if self._julia is j:
             self._julia = None
             if restarted:
-                self._lost_state = None
+                self._executions.lost_state = None
                 if not self._closed:
                     self._start_in_background()
             elif not self._closed:
-                self._lost_state = (
-                    f"Julia {how} during an earlier execution; this one ran in a fresh Julia "
-                    "session: variables, functions and packages loaded before are gone."
-                )
+                self._executions.lost_state = lost_state_notice(j.death.exit_description)
 
     def _start_in_background(self) -> None:
         async def start() -> None:
@@ -583,9 +393,7 @@ class JuliaSupervisor:
         await j.stop()
         death = JuliaDiedError(f"Julia {reason}")
         j.dead, j.death = True, j.death or death
-        ex = self._current
-        if ex is not None and not ex.future.done():
-            ex.future.set_exception(death)
+        self._executions.julia_stopped(death)
         j.replies.fail_all(death)
         self._julia_ended()
 

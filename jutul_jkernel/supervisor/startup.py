@@ -26,15 +26,11 @@ from jutul_jkernel import settings
 from jutul_jkernel.protocol.wire import Decoder, Frame
 from jutul_jkernel.supervisor.errors import JuliaStartupError
 from jutul_jkernel.supervisor.handshake import accept_julia
-from jutul_jkernel.supervisor.interrupts import Claims
-from jutul_jkernel.supervisor.julia_process import (
-    ChildProcess,
-    JuliaProcess,
-    Launch,
-    LaunchSettings,
-    spawn,
-)
+from jutul_jkernel.supervisor.interrupt_claims import Claims
+from jutul_jkernel.supervisor.julia_process import JuliaProcess
+from jutul_jkernel.supervisor.launch_settings import LaunchSettings
 from jutul_jkernel.supervisor.pipes import OutputPipes
+from jutul_jkernel.supervisor.spawn import ChildProcess, Launch, spawn
 
 log = logging.getLogger(__name__)
 

@@ -35,11 +35,11 @@ from importlib import metadata
 from jutul_jkernel import settings
 from jutul_jkernel.supervisor.errors import JuliaDiedError, JuliaStartupError
 from jutul_jkernel.supervisor.julia_options import add_julia_options, julia_flags
-from jutul_jkernel.supervisor.julia_process import (
-    split_startup_file_flag,  # the supervisor's rule: bare julia matches it
-)
 from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
 from jutul_jkernel.supervisor.juliaup import julia_argv, split_channel
+from jutul_jkernel.supervisor.launch_settings import (
+    split_startup_file_flag,  # the supervisor's rule: bare julia matches it
+)
 from jutul_jkernel.tools.doctor_checks import CheckFailed, Checks, colour_wanted, expect, plain
 
 # Each check waits this long at most. The slowest are `] st` (loading Pkg) and compiling a

@@ -64,11 +64,11 @@ acknowledge_interrupt() = CURRENT[] != 0 && send_frame(FrameKind.ACK, string(CUR
     claim_interrupt(request) -> Bool
 
 Whether the INT frame, not the supervisor's SIGINT, delivers interrupt `request`: whichever
-side makes the directory `<CLAIMS_DIR>/<request>` first delivers it (supervisor/interrupts.py says why).
-`mkdir` is atomic and fails with EEXIST for the loser (uv_fs_mkdir, synchronous with no loop
-and no callback: JuliaLang/julia release-1.10, release-1.12 and master base/file.jl); `isdir`
-tells that failure from any other. Without a claims directory, or if it is unusable, the frame
-delivers.
+side makes the directory `<CLAIMS_DIR>/<request>` first delivers it (supervisor/interrupt_claims.py
+says why). `mkdir` is atomic and fails with EEXIST for the loser (uv_fs_mkdir, synchronous with
+no loop and no callback: JuliaLang/julia release-1.10, release-1.12 and master base/file.jl);
+`isdir` tells that failure from any other. Without a claims directory, or if it is unusable,
+the frame delivers: a request may then be delivered twice, but never lost.
 """
 function claim_interrupt(request::Int)
     isempty(CLAIMS_DIR[]) && return true
