@@ -9,6 +9,8 @@
 # make mutants: deliberate breaks that the tests guarding each promise must catch (not in test);
 #               the mutants are data, one file per area in scripts/mutants/.
 # make promise-map: tests/README.md, each promise with its tests and mutant, from those files.
+# make frames: both sides' frame kinds (protocol/kinds.py, JKernel's frames.jl) from the one
+#              declaration of the frame protocol, jutul_jkernel/protocol/frames.toml.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -20,7 +22,7 @@ ifeq ($(filter-out /usr/bin/julia,$(shell command -v julia 2>/dev/null)),)
 export PATH := $(CURDIR)/$(VENV)/julia-bin:$(PATH)
 endif
 
-.PHONY: setup setup-test lint test test-julia quick demo bench mutants promise-map clean
+.PHONY: setup setup-test lint test test-julia quick demo bench mutants promise-map frames clean
 setup: $(STAMP)
 	@bash scripts/ensure-julia.sh $(VENV)
 	@bash scripts/ensure-xvfb.sh
@@ -53,7 +55,7 @@ test: setup-test lint
 PY_SIDE_TESTS := tests/test_load.py tests/test_fuzz.py tests/test_security.py tests/test_agent.py \
 	tests/test_mcp.py tests/test_gateway.py tests/test_papermill.py tests/test_console.py \
 	tests/test_many_kernels.py tests/test_distributed_ssh.py tests/test_protocol.py \
-	tests/test_settings.py tests/test_promise_map.py tests/test_surface.py
+	tests/test_settings.py tests/test_promise_map.py tests/test_surface.py tests/test_frames.py
 test-julia: setup-test
 	$(PY) -m pytest $(filter-out $(PY_SIDE_TESTS),$(sort $(wildcard tests/test_*.py))) $(PYTEST_ARGS)
 
@@ -84,6 +86,11 @@ mutants: setup
 # changing a mutant.
 promise-map:
 	$(PYTHON) scripts/promise_map.py --write
+
+# The same (standard library only): run it after changing frames.toml, then add the new kind's
+# handler on the side that receives it (tests/test_frames.py names what is missing).
+frames:
+	$(PYTHON) scripts/frames.py --write
 
 bench: setup
 	$(PY) -m bench $(BENCH_ARGS)

@@ -78,9 +78,9 @@ JULIA_SETTINGS = settings(
 
 # ==== a reference for the frame format, independent of protocol/wire.py ====
 
-# Written from the format as julia/JKernel/src/wire.jl's header documents it: the kinds, how
-# many arguments each takes, what each argument may be. protocol/wire.py must agree with it, not
-# with itself.
+# Written by hand from the format as the table in julia/JKernel/src/frames.jl documents it: the
+# kinds, how many arguments each takes, what each argument may be. protocol/wire.py must agree
+# with it, not with itself (nor with frames.toml, which its rules are generated from).
 _REF_ID = rb"[1-9][0-9]{0,17}"
 _REF_ARG = rb"[!-~]+"  # printable ASCII, no space
 _REF_ARGS: dict[str, tuple[bytes, ...]] = {

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jutul_jkernel.protocol.kinds import ARGS
 from jutul_jkernel.protocol.wire import (
     MAX_HEADER_BYTES,
     MAX_PAYLOAD_BYTES,
@@ -25,29 +26,12 @@ from jutul_jkernel.protocol.wire import (
 from jutul_jkernel.supervisor.frame_payloads import comm_of, encode_comm
 from jutul_jkernel.supervisor.output_sink import CommMessage
 
+# An example of each named rule of frames.toml; a "words" argument takes its last word. Every
+# kind's valid arguments follow from its declared rules (protocol/kinds.py ARGS).
+RULE_EXAMPLES = {"id": "7", "count": "120", "token": "In[3]"}
 VALID_ARGS: dict[FrameKind, tuple[str, ...]] = {
-    FrameKind.RDY: ("a3f9c0ffee",),
-    FrameKind.INF: (),
-    FrameKind.OUT: ("stderr",),
-    FrameKind.DSP: ("7",),
-    FrameKind.CLR: ("7", "1"),
-    FrameKind.VAL: ("7",),
-    FrameKind.ERR: ("7",),
-    FrameKind.RES: ("7", "int"),
-    FrameKind.INP: ("7", "0"),
-    FrameKind.ANS: ("7",),
-    FrameKind.ACK: ("123456789012345678",),
-    FrameKind.PAY: ("4",),
-    FrameKind.EXE: ("1",),
-    FrameKind.EXN: ("1", "In[3]"),
-    FrameKind.INT: ("7", "12"),
-    FrameKind.TXT: ("7",),
-    FrameKind.NIN: ("7",),
-    FrameKind.QRY: ("7", "is_complete", "0"),
-    FrameKind.SYN: ("99",),
-    FrameKind.MRK: ("3",),
-    FrameKind.CMM: ("7", "120"),
-    FrameKind.COM: ("7", "0"),
+    kind: tuple(a.words[-1] if a.rule == "words" else RULE_EXAMPLES[a.rule] for a in ARGS[kind])
+    for kind in FrameKind
 }
 
 NASTY_PAYLOAD = b"\x00\xff\xfe\n\nRES 1 ok 3\n\xc3\x28\r\n\x00"
@@ -92,6 +76,7 @@ def test_valid_args_table_covers_every_kind() -> None:
     assert set(VALID_ARGS) == set(FrameKind)
     for kind, args in VALID_ARGS.items():
         assert len(args) == kind.arity
+    assert VALID_ARGS[FrameKind.QRY] == ("7", "comm_target", "120")
 
 
 @pytest.mark.parametrize("kind", list(FrameKind), ids=lambda k: k.name)
@@ -389,28 +374,18 @@ ASCII_TOKEN = st.text(
 )
 IDS = st.integers(min_value=1, max_value=10**18 - 1).map(str)
 CURSORS = st.integers(min_value=0, max_value=10**18 - 1).map(str)
-BIT = st.sampled_from(("0", "1"))
+RULE_STRATEGIES: dict[str, st.SearchStrategy[str]] = {
+    "id": IDS,
+    "count": CURSORS,
+    "token": ASCII_TOKEN,
+}
 ARG_STRATEGIES: dict[FrameKind, tuple[st.SearchStrategy[str], ...]] = {
-    FrameKind.RDY: (ASCII_TOKEN,),
-    FrameKind.INF: (),
-    FrameKind.OUT: (st.sampled_from(OUTPUT_STREAMS),),
-    FrameKind.CLR: (IDS, BIT),
-    FrameKind.RES: (IDS, st.sampled_from(RESULT_STATUSES)),
-    FrameKind.INP: (IDS, BIT),
-    FrameKind.QRY: (IDS, st.sampled_from(QUERY_OPS), CURSORS),
-    FrameKind.EXN: (IDS, ASCII_TOKEN),
-    FrameKind.INT: (IDS, IDS),
-    FrameKind.CMM: (IDS, CURSORS),
-    FrameKind.COM: (IDS, CURSORS),
-    **{
-        k: (IDS,)
-        for k in (
-            FrameKind.DSP, FrameKind.VAL, FrameKind.ERR, FrameKind.ANS, FrameKind.ACK,
-            FrameKind.EXE, FrameKind.TXT, FrameKind.NIN, FrameKind.SYN,
-            FrameKind.PAY, FrameKind.MRK,
-        )
-    },
-}  # fmt: skip
+    kind: tuple(
+        st.sampled_from(a.words) if a.rule == "words" else RULE_STRATEGIES[a.rule]
+        for a in ARGS[kind]
+    )
+    for kind in FrameKind
+}
 
 
 @st.composite
@@ -428,9 +403,13 @@ def frames_strategy(draw: st.DrawFn) -> Frame:
 
 
 def test_arg_strategies_cover_every_kind() -> None:
-    """The property test draws arguments for every FrameKind with the right arity."""
+    """The property test draws arguments for every FrameKind with the right arity, and the
+    words of each words rule are the codec's public tuples."""
     assert set(ARG_STRATEGIES) == set(FrameKind)
     assert all(len(ARG_STRATEGIES[k]) == k.arity for k in FrameKind)
+    assert OUTPUT_STREAMS == ("stdout", "stderr")
+    assert RESULT_STATUSES == ("ok", "err", "int")
+    assert QUERY_OPS == ("complete", "inspect", "is_complete", "comm_target")
 
 
 @settings(max_examples=200, deadline=None)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -19,7 +18,7 @@ import psutil
 import pytest
 import pytest_asyncio
 
-from jutul_jkernel.protocol import wire as protocol
+from jutul_jkernel.protocol import kinds
 from jutul_jkernel.supervisor import interrupts as escalation
 from jutul_jkernel.supervisor.errors import JuliaDiedError, JuliaStartupError
 from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
@@ -1406,43 +1405,62 @@ async def test_malformed_frame_from_julia_is_a_protocol_error(julia: JuliaSuperv
     assert (await run(julia, "1")).text == "1"
 
 
-def test_frame_kinds_match_the_server() -> None:
-    """The kinds the JKernel package's code sends and accepts (with their arity) are
-    protocol/wire.py's, each in one direction only; wire.jl's FrameKind constants name exactly
-    those, every send names its kind through them, and the header of wire.jl documents
-    exactly those."""
-    from jutul_jkernel import _resources
+# Prints the running JKernel's frame tables, one line each: `kind NAME VALUE` for each FrameKind
+# constant, `in KIND name:rule:words...` for each kind INCOMING accepts.
+_FRAME_TABLES = """
+let fk = JKernel.FrameKind
+    for n in names(fk; all = true)
+        v = getfield(fk, n)
+        v isa String && println("kind ", n, " ", v)
+    end
+    for (k, args) in JKernel.INCOMING
+        println("in ", k, join(string(" ", a.name, ":", a.rule, ":", join(a.words, "|"))
+                               for a in args))
+    end
+end
+"""
 
-    src = _resources.julia_package_dir() / "src"
-    wire = (src / "wire.jl").read_text()
-    header = wire[: wire.index("\n\n")]  # the comment block the file opens with
-    text = "\n".join(f.read_text() for f in sorted(src.glob("*.jl")))
-    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
-    kinds = {k.value: k for k in protocol.FrameKind}
-    module = re.search(r"^baremodule FrameKind$(.*?)^end$", code, re.MULTILINE | re.DOTALL)
-    assert module is not None, "wire.jl has no FrameKind constants"
-    constants = dict(re.findall(r'^const ([A-Z]+) = "([A-Z]+)"$', module.group(1), re.MULTILINE))
-    assert all(name == value for name, value in constants.items()), constants
-    assert set(constants) == set(kinds)
-    assert not re.search(r'send_frame\("', code), "a kind sent as a bare literal"
-    sent = set(re.findall(r"send_frame\(FrameKind\.([A-Z]+)", code))
-    # INCOMING's keys and handle_frame's comparisons, as FrameKind constants or literals
-    table = re.search(r"^const INCOMING = Dict\(([^)]*)\)$", code, re.MULTILINE)
-    assert table is not None, "wire.jl has no INCOMING table"
-    accepted = {
-        k: int(n) for k, n in re.findall(r'(?:FrameKind\.|")([A-Z]+)"? => (\d+)', table.group(1))
+
+async def test_frame_kinds_match_the_server(julia: JuliaSupervisor, output: Output) -> None:
+    """The running JKernel (loaded as a kernel loads it, from its compile cache when usable)
+    holds the declared protocol (jutul_jkernel/protocol/frames.toml): its FrameKind constants
+    name exactly the declared kinds, and INCOMING accepts exactly the kinds sent to Julia, each
+    argument with its declared name and rule. That the generated files are up to date and each
+    kind has its handlers is tests/test_frames.py's."""
+    await run(julia, _FRAME_TABLES, output)
+    lines = output.text().splitlines()
+    constants = dict(line.split()[1:] for line in lines if line.startswith("kind "))
+    assert constants == {k.name: k.value for k in kinds.FrameKind}
+    incoming = {line.split()[1]: line.split()[2:] for line in lines if line.startswith("in ")}
+    assert incoming == {
+        k.name: [f"{a.name}:{a.rule}:{'|'.join(a.words)}" for a in kinds.ARGS[k]]
+        for k in kinds.TO_JULIA
     }
-    handled = set(re.findall(r'kind == (?:FrameKind\.|")([A-Z]+)', code))
-    assert not sent & set(accepted), "a kind travels both ways"
-    assert sent | set(accepted) == set(kinds)
-    assert handled == set(accepted), "handle_frame and INCOMING disagree"
-    assert {k: kinds[k].arity for k in accepted} == accepted
-    documented = {
-        line.split()[1]
-        for line in header.splitlines()
-        if line.startswith("#   ") and line.split()[1].isupper() and len(line.split()[1]) == 3
-    }
-    assert documented == set(kinds)
+
+
+@pytest.mark.parametrize(
+    ("header", "reason"),
+    [
+        pytest.param(b"INT 99 0 0\n", "bad request", id="request-not-an-id"),
+        pytest.param(b"QRY 99 hover 0 0\n", "bad op", id="unknown-query"),
+        pytest.param(b"EXN 99 a\x01b 1\n1", "bad name", id="name-with-a-control-character"),
+        pytest.param(b"COM 99 01 0\n", "bad head_bytes", id="count-with-a-leading-zero"),
+    ],
+)
+async def test_an_argument_against_its_declared_rule_closes_julia(
+    julia: JuliaSupervisor, header: bytes, reason: str
+) -> None:
+    """Julia checks each header argument by the rule frames.toml declares for it, before the
+    frame is handled: a frame that breaks one ends Julia (status 86), naming the argument in
+    its log, and the cell running then fails."""
+    task = asyncio.create_task(julia.execute("sleep(1000)"))
+    await asyncio.sleep(0.3)
+    j = julia._julia
+    assert j is not None and j.writer is not None
+    j.writer.write(header)
+    with pytest.raises(JuliaDiedError, match="status 86"):
+        await asyncio.wait_for(task, 10)
+    assert f"{reason} in header" in j.log_path.read_text()
 
 
 async def test_a_failing_query_is_answered_and_the_next_one_works(julia: JuliaSupervisor) -> None:

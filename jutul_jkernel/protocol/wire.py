@@ -3,8 +3,9 @@
 Every message is a frame: an ASCII header line ``KIND arg... NBYTES\\n`` followed by exactly
 NBYTES payload bytes. No payload ever travels as a bare line, so frames are binary-safe and their
 size is known before they are read. This module only encodes and decodes bytes (no sockets, no
-processes); ``julia/server.jl`` is the other end and documents the same kinds in its header. The
-two must agree on this table: change both or neither.
+processes). The kinds and the rules of their arguments are declared once, in frames.toml beside
+this file, for both sides: ``FrameKind`` and ``ARGS`` come from protocol/kinds.py and Julia's
+from julia/JKernel/src/frames.jl, both generated from it (``make frames``).
 
 The decoder never skips a bad frame: anything malformed raises :class:`ProtocolError` quoting the
 offending header, and the caller drops the connection.
@@ -12,66 +13,16 @@ offending header, and the caller drops the connection.
 
 from __future__ import annotations
 
-import enum
 import re
 from dataclasses import dataclass
+
+from jutul_jkernel.protocol.kinds import ARGS, Arg
+from jutul_jkernel.protocol.kinds import FrameKind as FrameKind  # the codec's users take it here
 
 
 class ProtocolError(Exception):
     """A peer sent bytes that are not a well-formed frame."""
 
-
-class FrameKind(enum.Enum):
-    """Every frame kind; the value is the kind's name on the wire."""
-
-    # Julia -> Python
-    RDY = "RDY"  # RDY <token> 0: handshake, always the first frame
-    INF = "INF"  # INF <n>: JSON facts about the Julia process (version, binary, pid, threads)
-    OUT = "OUT"  # OUT <stdout|stderr> <n>: live output bytes, in order within each stream
-    DSP = "DSP"  # DSP <id> <n>: JSON display_data / update_display_data for evaluation <id>
-    CLR = "CLR"  # CLR <id> <wait 0|1> 0: clear_output for evaluation <id>
-    VAL = "VAL"  # VAL <id> <n>: JSON MIME bundle of the value, only when richer than text/plain
-    ERR = "ERR"  # ERR <id> <n>: JSON {ename, evalue, traceback} before an err result
-    RES = "RES"  # RES <id> <ok|err|int> <n>: the one result of evaluation <id>
-    INP = "INP"  # INP <id> <password 0|1> <n>: evaluation <id> reads a line; payload: prompt
-    ANS = "ANS"  # ANS <id> <n>: JSON answer to QRY <id>
-    ACK = "ACK"  # ACK <n> 0: answers SYN <n>, or INT <n> once it reached the evaluation (by
-    # the frame, or by the SIGINT that claimed its request)
-    PAY = "PAY"  # PAY <id> <n>: JSON reply payload of evaluation <id> (e.g. set_next_input)
-    MRK = "MRK"  # MRK <m> <n>: the frame in the payload (or none) follows output marker <m>
-    CMM = "CMM"  # CMM <id> <j> <n>: a comm message Julia sends during evaluation <id>: <j>
-    # bytes of JSON {msg_type, content, metadata, buffers: [length...]}, then the buffers
-    # Python -> Julia
-    EXE = "EXE"  # EXE <id> <n>: code to evaluate (backtraces name it In[<id>])
-    EXN = "EXN"  # EXN <id> <name> <n>: the same, naming the code <name>, e.g. In[3]
-    INT = "INT"  # INT <id> <request> 0: interrupt evaluation <id> (ignored unless it is still
-    # running), unless the SIGINT claimed <request> first (supervisor/interrupts.py, _INT_ACK_MAX)
-    TXT = "TXT"  # TXT <id> <n>: the line typed in answer to INP <id> (no trailing newline)
-    NIN = "NIN"  # NIN <id> <n>: no input can be had for INP <id>; payload says why
-    QRY = "QRY"  # QRY <id> <complete|inspect|is_complete|comm_target> <cursor> <n>: payload is
-    # the code (for comm_target, a target name)
-    SYN = "SYN"  # SYN <seq> 0: answered by ACK <seq> once every earlier frame was handled
-    COM = "COM"  # COM <id> <j> <n>: a frontend's comm message, run as evaluation <id> (its
-    # callback); the payload as CMM's
-
-    @property
-    def arity(self) -> int:
-        """How many arguments stand between KIND and NBYTES."""
-        return _ARITY[self]
-
-
-_ARITY = {
-    FrameKind.RDY: 1, FrameKind.INF: 0, FrameKind.OUT: 1, FrameKind.DSP: 1, FrameKind.CLR: 2,
-    FrameKind.VAL: 1, FrameKind.ERR: 1, FrameKind.RES: 2, FrameKind.INP: 2, FrameKind.ANS: 1,
-    FrameKind.ACK: 1, FrameKind.EXE: 1, FrameKind.EXN: 2, FrameKind.INT: 2, FrameKind.TXT: 1,
-    FrameKind.NIN: 1, FrameKind.QRY: 3, FrameKind.SYN: 1, FrameKind.PAY: 1, FrameKind.MRK: 1,
-    FrameKind.CMM: 2, FrameKind.COM: 2,
-}  # fmt: skip
-_KINDS: dict[bytes, FrameKind] = {k.value.encode(): k for k in FrameKind}
-
-OUTPUT_STREAMS = ("stdout", "stderr")
-RESULT_STATUSES = ("ok", "err", "int")
-QUERY_OPS = ("complete", "inspect", "is_complete", "comm_target")
 
 # A header is short: the longest is QRY with three small arguments, or RDY with a 64-char token.
 MAX_HEADER_BYTES = 256
@@ -79,32 +30,24 @@ MAX_HEADER_BYTES = 256
 # a bigger NBYTES is a corrupt or hostile header, not a real message.
 MAX_PAYLOAD_BYTES = 256 * 1024 * 1024
 
-_ARG = re.compile(rb"[!-~]+")  # printable ASCII, no spaces
+_KINDS: dict[bytes, FrameKind] = {k.value.encode(): k for k in FrameKind}
 _NBYTES = re.compile(rb"0|[1-9][0-9]{0,9}")
-_ID = re.compile(r"[1-9][0-9]{0,17}")
-_COUNT = re.compile(r"0|[1-9][0-9]{0,17}")
-_VALIDATORS: dict[FrameKind, tuple[object, ...]] = {
-    FrameKind.OUT: (OUTPUT_STREAMS,),
-    FrameKind.RES: (_ID, RESULT_STATUSES),
-    FrameKind.INP: (_ID, ("0", "1")),
-    FrameKind.CLR: (_ID, ("0", "1")),
-    FrameKind.QRY: (_ID, QUERY_OPS, _COUNT),
-    FrameKind.CMM: (_ID, _COUNT),
-    FrameKind.COM: (_ID, _COUNT),
-    FrameKind.DSP: (_ID,),
-    FrameKind.VAL: (_ID,),
-    FrameKind.ERR: (_ID,),
-    FrameKind.ANS: (_ID,),
-    FrameKind.ACK: (_ID,),
-    FrameKind.PAY: (_ID,),
-    FrameKind.EXE: (_ID,),
-    FrameKind.EXN: (_ID,),
-    FrameKind.INT: (_ID, _ID),
-    FrameKind.TXT: (_ID,),
-    FrameKind.NIN: (_ID,),
-    FrameKind.SYN: (_ID,),
-    FrameKind.MRK: (_ID,),
+# The named rules of frames.toml; a rule "words" allows the words its argument lists.
+_RULES = {
+    "id": re.compile(r"[1-9][0-9]{0,17}"),
+    "count": re.compile(r"0|[1-9][0-9]{0,17}"),
+    "token": re.compile(r"[!-~]+"),  # printable ASCII, no spaces: what every argument is
 }
+
+
+def _words(kind: FrameKind, name: str) -> tuple[str, ...]:
+    (arg,) = (a for a in ARGS[kind] if a.name == name)
+    return arg.words
+
+
+OUTPUT_STREAMS = _words(FrameKind.OUT, "stream")
+RESULT_STATUSES = _words(FrameKind.RES, "status")
+QUERY_OPS = _words(FrameKind.QRY, "op")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,18 +72,24 @@ def encode(kind: FrameKind, *args: object, payload: bytes = b"") -> bytes:
 
 
 def _check_args(kind: FrameKind, args: tuple[str, ...], exc: type[Exception]) -> None:
+    """Raise ``exc`` unless ``args`` are what the declaration allows ``kind`` (kinds.ARGS)."""
     if len(args) != kind.arity:
         msg = f"{kind.name} takes {kind.arity} argument(s), got {len(args)}"
         raise exc(msg)
     for arg in args:
-        if not (arg.isascii() and _ARG.fullmatch(arg.encode("ascii"))):
+        if not (arg.isascii() and _RULES["token"].fullmatch(arg)):
             msg = f"{kind.name} argument {arg!r} is not printable ASCII without spaces"
             raise exc(msg)
-    for arg, rule in zip(args, _VALIDATORS.get(kind, ()), strict=False):
-        ok = rule.fullmatch(arg) if isinstance(rule, re.Pattern) else arg in rule  # type: ignore[operator]
-        if not ok:
+    for arg, rule in zip(args, ARGS[kind], strict=True):
+        if not _allows(rule, arg):
             msg = f"{kind.name} argument {arg!r} is not valid here"
             raise exc(msg)
+
+
+def _allows(rule: Arg, arg: str) -> bool:
+    if rule.rule == "words":
+        return arg in rule.words
+    return _RULES[rule.rule].fullmatch(arg) is not None
 
 
 class Decoder:

@@ -143,8 +143,9 @@ class Execution:
             await j.send(reply)
 
 
-# What an execution does with each kind of frame addressed to it (wire.jl's header has the
-# frame table).
+# What an execution does with each kind of frame addressed to it (protocol/frames.toml declares
+# them all). Each kind Julia sends has its handler here or in routing.py's _CONNECTION_FRAMES
+# (tests/test_frames.py checks).
 _FRAMES: dict[FrameKind, Callable[[Execution, JuliaProcess, Frame], None]] = {
     FrameKind.DSP: Execution._show,
     FrameKind.CLR: Execution._show,

@@ -120,7 +120,8 @@ class FrameRouter:
         raise ProtocolError(f"a second {frame.kind.name} frame")
 
 
-# The frames the connection handles itself, whatever runs; the rest are an execution's.
+# The frames the connection handles itself, whatever runs; the rest are an execution's
+# (execution.py's _FRAMES). Each kind Julia sends is in exactly one of the two tables.
 _CONNECTION_FRAMES: dict[FrameKind, Callable[[FrameRouter, JuliaProcess, Frame], None]] = {
     FrameKind.OUT: FrameRouter._on_output,
     FrameKind.INF: FrameRouter._on_info,

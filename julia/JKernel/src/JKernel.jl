@@ -3,7 +3,7 @@
 
 The Julia end of jutul-jkernel, a Jupyter kernel for Julia. `julia/server.jl` loads this
 package and calls [`JKernel.main`](@ref), which connects to the supervisor and serves one
-kernel; the frames it speaks are listed in `wire.jl`. Standard library only; Julia 1.5.3 or
+kernel; the frames it speaks are listed in `frames.jl`. Standard library only; Julia 1.5.3 or
 newer.
 
 What a notebook cell can call (as `JKernel.name`; `In`, `Out` and `IJulia` are in `Main`):
@@ -13,8 +13,9 @@ What a notebook cell can call (as `JKernel.name`; `In`, `Out` and `IJulia` are i
 The files, in load order: `state.jl` (limits and all server state), `compat.jl` (what differs
 by Julia version, each branch citing the upstream source it follows), `helpers.jl`,
 `interrupts.jl` (how an interrupt reaches the running cell, ^C as a cancellation included),
-`json.jl` (the JSON writer), `wire.jl` (frames), `capture.jl` (fd 1 and 2, drain markers,
-write buffering), `display.jl`, `comms.jl` (IJulia's CommManager: comms both ways),
+`json.jl` (the JSON writer), `frames.jl` (the frame kinds, generated from the protocol's
+declaration), `wire.jl` (frames sent, read and handled), `capture.jl` (fd 1 and 2, drain
+markers, write buffering), `display.jl`, `comms.jl` (IJulia's CommManager: comms both ways),
 `progress.jl`, `stdin.jl`, `repl.jl` (cell semantics, REPL modes, `import IJulia`),
 `ijulia.jl` (the IJulia shim), `eval.jl` (evaluation, error reports, warm-up), `queries.jl`
 (complete, inspect, is_complete), `startup_file.jl`, `distributed.jl` (workers on other hosts),
@@ -36,6 +37,7 @@ include("compat.jl")
 include("helpers.jl")
 include("interrupts.jl")
 include("json.jl")
+include("frames.jl")
 include("wire.jl")
 include("capture.jl")
 include("display.jl")

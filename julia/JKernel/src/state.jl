@@ -10,11 +10,11 @@
 # What does not: constants that configure one concern and never change stay with it (timeouts
 # such as IDLE_BEFORE_WARM_UP and WORKER_PING_WAIT, the PkgIds of Pkg and Distributed,
 # LIFELINE_SCRIPT and LOCAL_KEY, SCHEDULER_FILES, INTERRUPTED, the frame kinds and INCOMING in
-# wire.jl, QUERY_OPS, HAS_CANCEL_SCOPES, StdioContext). Nor do the globals of the `IJulia`
-# module and `MainNames.err` (ijulia.jl: `n`, `ans`, `stdio_bytes`, `orig_stdout`,
-# `orig_stderr`): they are IJulia's notebook API, which notebooks and packages read and reset,
-# and the server only writes them. Nor does what Base keeps for us (`Base.active_repl_backend`,
-# `stdout`, `stderr`, `stdin`, the display stack), which main.jl sets once.
+# frames.jl, HAS_CANCEL_SCOPES, StdioContext). Nor do the globals of the `IJulia` module and
+# `MainNames.err` (ijulia.jl: `n`, `ans`, `stdio_bytes`, `orig_stdout`, `orig_stderr`): they
+# are IJulia's notebook API, which notebooks and packages read and reset, and the server only
+# writes them. Nor does what Base keeps for us (`Base.active_repl_backend`, `stdout`, `stderr`,
+# `stdin`, the display stack), which main.jl sets once.
 
 # ---- limits ----
 

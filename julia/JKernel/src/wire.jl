@@ -1,87 +1,9 @@
 # wire.jl: the frames on the one connection to the supervisor, and the tasks that read them.
 #
-# Once the server has connected (a Unix socket on POSIX, loopback TCP on Windows: main.jl,
-# connect_supervisor), everything travels as frames: an ASCII header line
-# `KIND arg... NBYTES\n` followed by exactly NBYTES payload bytes.
-# jutul_jkernel/protocol/wire.py defines the same kinds; change both or neither.
-#
-# Julia -> Python
-#   RDY <token> 0                  handshake, always the first frame
-#   INF <n>                        JSON: julia_version, julia_path (the running binary), pid,
-#                                  threads, loaded_from (cache|source)
-#   OUT <stdout|stderr> <n>        live bytes written to fd 1 / fd 2 (Julia, C, child processes),
-#                                  only where the supervisor cannot read those pipes (Windows)
-#   MRK <m> <n>                    the payload is one whole frame (or nothing) that comes after
-#                                  output marker <m>: the supervisor reads fd 1 and fd 2 up to
-#                                  marker <m> before handling it (capture.jl, drain_output)
-#   DSP <id> <n>                   JSON: display_data or update_display_data of evaluation <id>
-#   CLR <id> <wait 0|1> 0          clear_output
-#   VAL <id> <n>                   JSON MIME bundle of the value, only when richer than text/plain
-#   ERR <id> <n>                   JSON {ename, evalue, traceback} before RES <id> err|int
-#   RES <id> <ok|err|int> <n>      the one result of evaluation <id>: ok carries the REPL text
-#                                  of the value (empty for nothing or a trailing `;`), err and int
-#                                  the error text; capped at 64 KiB with a note of what was cut
-#   INP <id> <password 0|1> <n>    evaluation <id> reads a line from stdin; payload: the prompt
-#   ANS <id> <n>                   JSON answer to QRY <id>
-#   PAY <id> <n>                   JSON execute_reply payload of evaluation <id> (IJulia.load:
-#                                  {"source": "set_next_input", "text": ..., "replace": ...})
-#   CMM <id> <j> <n>               a comm message (comm_open, comm_msg, comm_close) sent during
-#                                  evaluation <id>: <j> bytes of JSON {msg_type, content,
-#                                  metadata, buffers: [length...]}, then the buffers (comms.jl)
-#   ACK <n> 0                      answer to SYN <n>; for evaluation <n>: an interrupt reached it
-#                                  (the listener handed an INT frame over, or found its request
-#                                  claimed by the SIGINT, which lands at once as the listener
-#                                  runs; or the evaluation caught one that came by signal).
-#                                  No ACK: it is not yielding
-# Python -> Julia
-#   EXE <id> <n>                   code to evaluate (queued; evaluated one at a time, in order);
-#                                  backtraces call it In[<id>]
-#   EXN <id> <name> <n>            the same, naming the code <name> (e.g. In[3], Jupyter's count)
-#   INT <id> <request> 0           interrupt evaluation <id>; ignored unless it is running.
-#                                  Delivered only if the listener claims <request> before the
-#                                  supervisor's SIGINT does (helpers.jl, claim_interrupt): one
-#                                  request, one delivery
-#   TXT <id> <n>                   the line typed in answer to INP <id>
-#   NIN <id> <n>                   no line can be had for INP <id>; payload says why
-#   QRY <id> <op> <cursor> <n>     op: complete | inspect | is_complete; payload: the code;
-#                                  cursor counts Unicode code points, as Jupyter does.
-#                                  op comm_target: payload a target name, cursor 0
-#   SYN <seq> 0                    answered with ACK <seq>
-#   COM <id> <j> <n>               a frontend's comm message, run as evaluation <id> (its
-#                                  callback), queued in order with EXE and EXN; payload as CMM's
-
-"""
-The frame kinds, one constant each, named as on the wire and as protocol/wire.py's `FrameKind`
-members (`FrameKind.RES` on both sides); the table above says what each carries. Code names a
-kind only through these.
-"""
-baremodule FrameKind
-# Julia -> Python
-const RDY = "RDY"
-const INF = "INF"
-const OUT = "OUT"
-const MRK = "MRK"
-const DSP = "DSP"
-const CLR = "CLR"
-const VAL = "VAL"
-const ERR = "ERR"
-const RES = "RES"
-const INP = "INP"
-const ANS = "ANS"
-const PAY = "PAY"
-const ACK = "ACK"
-# Python -> Julia
-const EXE = "EXE"
-const EXN = "EXN"
-const INT = "INT"
-const TXT = "TXT"
-const NIN = "NIN"
-const QRY = "QRY"
-const SYN = "SYN"
-const COM = "COM"
-# Julia -> Python, for comms
-const CMM = "CMM"
-end
+# Every frame kind, its header arguments and what it carries are declared once, in
+# jutul_jkernel/protocol/frames.toml; frames.jl, generated from it, holds the documented table,
+# the FrameKind constants and INCOMING (the kinds Julia accepts and the rule of each argument),
+# which parse_frames! checks every header by. A kind sent to Julia is handled in handle_frame.
 
 """
     send_frame(kind, args, payload; mark = 0)
@@ -129,15 +51,18 @@ send_mark(mark::Int) = mark > 0 && send_frame(FrameKind.MRK, string(mark))
 
 protocol_failure(msg) = (diag("protocol error: ", msg, "; closing the connection"); exit(86))
 
-# The kinds Julia accepts, each with the number of header arguments between KIND and NBYTES.
-const INCOMING = Dict(FrameKind.EXE => 1, FrameKind.EXN => 2, FrameKind.INT => 2,
-                      FrameKind.TXT => 1, FrameKind.NIN => 1, FrameKind.QRY => 3,
-                      FrameKind.SYN => 1, FrameKind.COM => 2)
-
 # Numbers on the wire are plain decimal, as protocol/wire.py writes and checks them: tryparse alone
 # would also take "0x10", "+1", "01" and trailing whitespace.
 const WIRE_NUMBER = r"^(0|[1-9][0-9]{0,17})$"
 wire_number(s) = occursin(WIRE_NUMBER, s) ? parse(Int, s) : nothing
+
+"""Whether `s` follows the rule of header argument `arg` (frames.jl: id, count, token, words)."""
+function wire_arg_ok(arg::FrameArg, s::AbstractString)
+    arg.rule === :id && return something(wire_number(s), 0) >= 1
+    arg.rule === :count && return wire_number(s) !== nothing
+    arg.rule === :token && return !isempty(s) && all(b -> 0x21 <= b <= 0x7e, codeunits(s))
+    return s in arg.words
+end
 
 """Parse complete frames from `buf`; return how many bytes were consumed."""
 function parse_frames!(buf::Vector{UInt8}, handle)
@@ -152,22 +77,24 @@ function parse_frames!(buf::Vector{UInt8}, handle)
         nl - pos >= MAX_HEADER && protocol_failure("header longer than $MAX_HEADER bytes")
         header = String(buf[pos:nl-1])
         parts = split(header, ' ')
-        arity = get(INCOMING, parts[1], -1)
-        arity < 0 && protocol_failure("unknown frame kind in header $(repr(header))")
-        length(parts) == arity + 2 || protocol_failure("wrong argument count in header $(repr(header))")
+        args = get(INCOMING, parts[1], nothing)
+        args === nothing && protocol_failure("unknown frame kind in header $(repr(header))")
+        length(parts) == length(args) + 2 ||
+            protocol_failure("wrong argument count in header $(repr(header))")
         nbytes = wire_number(parts[end])
         (nbytes === nothing || nbytes > MAX_PAYLOAD) &&
             protocol_failure("bad NBYTES in header $(repr(header))")
-        id = wire_number(parts[2])
-        (id === nothing || id < 1) && protocol_failure("bad id in header $(repr(header))")
+        for (i, arg) in enumerate(args)
+            wire_arg_ok(arg, parts[i+1]) ||
+                protocol_failure("bad $(arg.name) in header $(repr(header))")
+        end
+        id = parse(Int, parts[2])   # every kind Julia accepts starts with an id (frames.toml)
         length(buf) - nl < nbytes && return pos - 1
         payload = buf[nl+1:nl+nbytes]
         pos = nl + nbytes + 1
         handle(String(parts[1]), id, parts[3:end-1], payload)
     end
 end
-
-const QUERY_OPS = ("complete", "inspect", "is_complete", "comm_target")
 
 """Answer queries one at a time, beside evaluations (a long-lived task, as all of ours are)."""
 function query_loop()
@@ -204,32 +131,31 @@ function listen_loop()
     end
 end
 
+"""
+    handle_frame(kind, id, args, payload)
+
+Act on one frame from the supervisor: one branch for each kind frames.jl's INCOMING holds.
+`id` is its first header argument and `args` the others, each checked by its rule already.
+"""
 function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
     if kind == FrameKind.EXE
         put!(QUEUE, Evaluation(id, String(payload), "In[$id]", false))
     elseif kind == FrameKind.EXN
         put!(QUEUE, Evaluation(id, String(payload), String(args[1]), true))
     elseif kind == FrameKind.INT
-        request = wire_number(args[1])
-        (request === nothing || request < 1) && protocol_failure("bad request in INT $id")
-        interrupt_frame(id, request)
+        interrupt_frame(id, parse(Int, args[1]))
     elseif kind == FrameKind.TXT || kind == FrameKind.NIN
         ch = INPUT_WAIT[]
         if ch !== nothing && id == CURRENT[] && !isready(ch)   # public API, not ch.data
             put!(ch, kind == FrameKind.TXT ? String(payload) : ErrorException(String(payload)))
         end
     elseif kind == FrameKind.QRY
-        op = String(args[1])
-        op in QUERY_OPS || protocol_failure("unknown query $(repr(op)) in QRY $id")
-        cursor = wire_number(args[2])
-        cursor === nothing && protocol_failure("bad cursor in QRY $id")
-        put!(QUERIES, (id, op, String(payload), cursor))
+        put!(QUERIES, (id, String(args[1]), String(payload), parse(Int, args[2])))
     elseif kind == FrameKind.SYN
         send_frame(FrameKind.ACK, string(id))
     elseif kind == FrameKind.COM
-        head_bytes = wire_number(args[1])
-        (head_bytes === nothing || head_bytes > length(payload)) &&
-            protocol_failure("bad JSON length in COM $id")
+        head_bytes = parse(Int, args[1])
+        head_bytes > length(payload) && protocol_failure("bad JSON length in COM $id")
         put!(QUEUE, comm_delivery(id, payload, head_bytes))
     end
 end
