@@ -67,8 +67,9 @@ def _why_not() -> str | None:
         check=False,
     )
     if done.returncode != 0:
-        tail = done.stderr.strip().splitlines()[-3:]
-        return f"the packages in {PACKAGES} do not load on {julia}: {' / '.join(tail)}"
+        lines = done.stderr.strip().splitlines()
+        said = [line for line in lines if line.startswith("ERROR:")] or lines[-1:]
+        return f"the packages in {PACKAGES} do not load on {julia}: {said[0][:300]}"
     return None
 
 
@@ -170,7 +171,7 @@ def test_revise_picks_up_an_edited_file(kc: BlockingKernelClient, tmp_path: Path
     definition, as at the REPL."""
     src = tmp_path / "lib.jl"
     src.write_text("answer() = 1\n")
-    _ok(kc, f"includet({str(src)!r})")
+    _ok(kc, f"includet({json.dumps(str(src))})")
     assert result_of(_ok(kc, "answer()")) == "1"
     time.sleep(1.1)  # a new mtime second: Revise's watcher compares them
     src.write_text("answer() = 2\n")
