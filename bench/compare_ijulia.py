@@ -69,6 +69,7 @@ _RULES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\d+(?:\.\d+)?(?:e-?\d+)? ?(?:seconds|s|ms|μs|µs|ns)\b"), "T"),
     (re.compile(r"\d+(?:\.\d+)? (?:allocations?|bytes|KiB|MiB|GiB)"), "N units"),
     (re.compile(r"\d+(?:\.\d+)?% (?:gc|compilation) time(?:[^)]*)?"), "P% time"),
+    (re.compile(r"\b(ETA|Time): \d+:\d\d:\d\d"), r"\1: T"),  # ProgressMeter's clocks
     (re.compile(r"[ \t]+\n"), "\n"),
 ]
 
@@ -182,9 +183,11 @@ def _install(prefix: Path, ijulia: Path, packages: Path | None, depot: Path | No
         # the packages' depot after their own first depot.
         ours_env, theirs_env = ours.setdefault("env", {}), theirs.setdefault("env", {})
         ours_env["JULIA_LOAD_PATH"] = f"@:@v#.#:@stdlib:{packages}"
-        theirs_env["JULIA_LOAD_PATH"] = theirs_env.get("JULIA_LOAD_PATH", "@:@v#.#:@stdlib") + (
-            f":{packages}"
-        )
+        # IJulia's own entries first, then the default environments (an active project, which
+        # Pkg needs to compile a package whose cache IJulia's loaded JSON made stale), then
+        # the packages: each kernel finds the same packages after its own environment.
+        own = theirs_env.get("JULIA_LOAD_PATH", "@stdlib")
+        theirs_env["JULIA_LOAD_PATH"] = f"{own}:@:@v#.#:@stdlib:{packages}"
         if depot is not None:
             ours_env["JULIA_DEPOT_PATH"] = f"{depot}:"
             first = theirs_env.get("JULIA_DEPOT_PATH", "").rstrip(":")

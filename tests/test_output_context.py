@@ -113,6 +113,17 @@ def test_a_frame_as_the_cells_value_shows_its_short_form(kernel: Kernel) -> None
     assert data["text/plain"] == "10000×1 DataFrame"
 
 
+def test_displays_have_ijulias_size(kernel: Kernel) -> None:
+    """A value is rendered 30 lines by 80 columns, as IJulia sets them (LINES and COLUMNS where
+    the environment names none): a long vector is cut and a help text wraps where IJulia's do,
+    and displaysize() says the same."""
+    _, kc = kernel
+    (data,) = bundles(ok(kc, "collect(1:1000)"), "execute_result")
+    assert len(data["text/plain"].splitlines()) == 30 - 3, data["text/plain"]  # as in IJulia
+    (size,) = bundles(ok(kc, 'displaysize(), ENV["COLUMNS"]'), "execute_result")
+    assert size["text/plain"] == '((30, 80), "80")'
+
+
 def test_every_display_path_shows_the_short_form(kernel: Kernel) -> None:
     """display(x), display(mime, x), and JKernel.display / update_display with a display id."""
     _, kc = kernel

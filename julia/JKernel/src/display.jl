@@ -147,11 +147,13 @@ The context every MIME a cell returns or displays is rendered in, IJulia's `Inli
 short form (DataFrames' HTML shows 25 rows instead of all of them); `:jupyter => true`, which
 packages read to tell a notebook (Luxor's text/plain, PlotlyLight's text/html); `:color` as
 the kernel's stdout has it (IJulia always sets `true`, and its kernelspec runs Julia with
-`--color=yes`, as ours does by default; `--no-color` makes every output plain here). The
-REPL's `:displaysize` and `:module => Main` (short type names) come with it.
+`--color=yes`, as ours does by default; `--no-color` makes every output plain here), and
+`:module => Main` (short type names). The size is Julia's default for a stream that is no
+terminal, `LINES` by `COLUMNS` from the environment, which the kernel sets as IJulia does
+(`set_display_size!`: 30 by 80 unless the user's environment names a size).
 """
 output_context(io::IO) = IOContext(io, :limit => true, :color => COLOR[], :jupyter => true,
-                                   :displaysize => DISPLAY_SIZE, :module => Main)
+                                   :module => Main)
 
 """The data of `x` as `mime` in a display bundle: base64 for a binary type, else text."""
 render(m::MIME, x) = string(m) in BINARY_MIMES ?

@@ -29,6 +29,20 @@ function running_julia_path()
     return joinpath(Sys.BINDIR, exename)
 end
 
+"""
+    set_display_size!()
+
+The size every display renders to, IJulia's: 30 lines by 80 columns unless the environment
+names one (JuliaLang/IJulia.jl src/kernel.jl, `run_kernel`, sets `LINES` and `COLUMNS` the same
+way), so a help text wraps and a long table is cut where IJulia's are, and child processes and
+`displaysize()` see the same size.
+"""
+function set_display_size!()
+    ENV["LINES"] = get(ENV, "LINES", "30")
+    ENV["COLUMNS"] = get(ENV, "COLUMNS", "80")
+    nothing
+end
+
 """Names cells see without qualification: `In`, `Out`, `IJulia`, and `err` where Julia has none."""
 function set_up_main!()
     SOFTSCOPE[] = !(lowercase(get(ENV, "JUTUL_JKERNEL_SOFTSCOPE", "yes")) in ("no", "0", "false", "off"))
@@ -77,6 +91,7 @@ function serve(args)
     IJulia.orig_stdout[] = IJulia.orig_stderr[] = DIAG[]
     Core.eval(Base, :(stdin = $(KernelStdin(PipeBuffer()))))
     pushdisplay(KernelDisplay())
+    set_display_size!()
     set_up_main!()
     install_interrupt_sink!()
     # schedule(Task(f)), not `@async f()`: the closure @async makes is compiled at every start.

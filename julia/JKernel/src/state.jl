@@ -47,7 +47,6 @@ const JSON_MIMES = (MIME[[MIME("application/vnd.vegalite.v$n+json") for n in 5:-
                     MIME("application/vnd.jupyter.widget-view+json"),
                     MIME("application/json"))
 const BINARY_MIMES = ("image/png", "image/jpeg")
-const DISPLAY_SIZE = (30, 100)
 
 # ---- the process and its connection ----
 
