@@ -90,7 +90,7 @@ class LineWorker:
 
 def agent_worker() -> LineWorker:
     return LineWorker(
-        [sys.executable, "-m", "jutul_jkernel.agents.agent"], "loading complete. first delimiter:"
+        [sys.executable, "-m", "jutul_jkernel.agent"], "loading complete. first delimiter:"
     )
 
 
@@ -121,7 +121,7 @@ class ThreadedMcpClient:
         from mcp.client.stdio import stdio_client
 
         params = StdioServerParameters(
-            command=sys.executable, args=["-m", "jutul_jkernel.agents.mcp"], env=dict(os.environ)
+            command=sys.executable, args=["-m", "jutul_jkernel.mcp"], env=dict(os.environ)
         )
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)

@@ -119,9 +119,7 @@ class JupyterEnv:
     def _install(self) -> None:
         prefix = str(self.prefix)
         # --no-doctor: the doctor's own seconds are no part of any benchmark.
-        self._run(
-            "-m", "jutul_jkernel.tools.install", "--prefix", prefix, "--name", JULIA, "--no-doctor"
-        )
+        self._run("-m", "jutul_jkernel.install", "--prefix", prefix, "--name", JULIA, "--no-doctor")
         self._run("-m", "ipykernel", "install", "--prefix", prefix, "--name", PYTHON)
         kernels = self.prefix / "share" / "jupyter" / "kernels"
         spec = json.loads((kernels / JULIA / "kernel.json").read_text())

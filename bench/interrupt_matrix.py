@@ -58,7 +58,7 @@ def _install() -> str:
         [
             sys.executable,
             "-m",
-            "jutul_jkernel.tools.install",
+            "jutul_jkernel.install",
             *("--prefix", prefix, "--name", "jj-matrix"),
             "--no-doctor",  # the doctor's seconds are no part of the matrix
         ],

@@ -240,7 +240,7 @@ def install_spec(prefix: Path, name: str, *args: str) -> None:
         [
             sys.executable,
             "-m",
-            "jutul_jkernel.tools.install",
+            "jutul_jkernel.install",
             "--prefix",
             str(prefix),
             "--name",

@@ -48,7 +48,7 @@ class AgentProcess:
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jutul_jkernel.agents.agent", *args],
+            [sys.executable, "-m", "jutul_jkernel.agent", *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.stderr,
@@ -491,7 +491,7 @@ def test_thousand_requests_in_a_row(agent: AgentProcess) -> None:
 def test_in_a_terminal_no_echo_and_ctrl_c_interrupts(tmp_path: Path) -> None:
     """On a TTY the request is not echoed, lines end in bare LF, and Ctrl-C interrupts."""
     child = pexpect.spawn(
-        sys.executable, ["-m", "jutul_jkernel.agents.agent"], timeout=STEP_TIMEOUT, encoding="utf-8"
+        sys.executable, ["-m", "jutul_jkernel.agent"], timeout=STEP_TIMEOUT, encoding="utf-8"
     )
     try:
         child.expect(re.escape(MARKER) + r"\n(--[A-Za-z0-9]{10})\n", timeout=START_TIMEOUT)

@@ -208,7 +208,7 @@ class JuliaKernelConformance(jupyter_kernel_test.KernelTests):
                 [
                     sys.executable,
                     "-m",
-                    "jutul_jkernel.tools.install",
+                    "jutul_jkernel.install",
                     "--prefix",
                     cls._prefix,
                     "--name",

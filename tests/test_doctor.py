@@ -56,7 +56,7 @@ ROW = re.compile(r"^(ok|FAIL) +(\d+) ms  ([^:]+): ")
 def doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``python -m jutul_jkernel.doctor`` with ``args``; its output as text."""
     return subprocess.run(
-        [sys.executable, "-m", "jutul_jkernel.tools.doctor", *args],
+        [sys.executable, "-m", "jutul_jkernel.doctor", *args],
         capture_output=True,
         text=True,
         timeout=DOCTOR_TIMEOUT,

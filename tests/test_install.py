@@ -403,7 +403,7 @@ def test_module_entry_point(prefix: Path) -> None:
         [
             sys.executable,
             "-m",
-            "jutul_jkernel.tools.install",
+            "jutul_jkernel.install",
             "--prefix",
             str(prefix),
             "--no-doctor",

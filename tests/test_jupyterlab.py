@@ -143,7 +143,7 @@ def _lab_environment(base: Path) -> dict[str, str]:
         [
             sys.executable,
             "-m",
-            "jutul_jkernel.tools.install",
+            "jutul_jkernel.install",
             "--prefix",
             str(prefix),
             "--no-doctor",

@@ -54,7 +54,7 @@ class McpClient:
         from mcp.client.stdio import stdio_client
 
         self.errlog = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed by close()
-        argv = command or [sys.executable, "-m", "jutul_jkernel.agents.mcp", *args]
+        argv = command or [sys.executable, "-m", "jutul_jkernel.mcp", *args]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         params = StdioServerParameters(command=argv[0], args=argv[1:], env=env)
         self.loop = asyncio.new_event_loop()
@@ -189,7 +189,7 @@ def test_a_plain_kernel_import_does_not_load_the_sdk() -> None:
 def test_a_bad_timeout_is_refused_with_what_was_wrong(value: str) -> None:
     """--timeout takes a positive number of seconds; anything else is named, and nothing runs."""
     done = subprocess.run(
-        [sys.executable, "-m", "jutul_jkernel.agents.mcp", "--timeout", value],
+        [sys.executable, "-m", "jutul_jkernel.mcp", "--timeout", value],
         capture_output=True, text=True, timeout=STEP_TIMEOUT, stdin=subprocess.DEVNULL,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip

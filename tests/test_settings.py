@@ -80,7 +80,7 @@ def test_the_agent_and_the_doctor_import_nothing_of_jupyter() -> None:
     code = """
         import sys
         import jutul_jkernel.agents.agent, jutul_jkernel.tools.doctor
-        heavy = ("jutul_jkernel.tools.install", "jupyter_client", "ipykernel",
+        heavy = ("jutul_jkernel.install", "jupyter_client", "ipykernel",
                  "jutul_jkernel.supervisor.xvfb")
         print(sorted(m for m in heavy if m in sys.modules))
     """
