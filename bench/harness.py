@@ -388,31 +388,39 @@ class Kernel:
         return reply, time.perf_counter() - t0
 
     def comm_echo(self, comm_id: str, data: dict[str, Any], timeout: float = CELL_TIMEOUT) -> float:
-        """Send a comm_msg; return the seconds until a comm_msg under it arrives on IOPub (and
-        wait for its idle, if it gets one, so the next round starts clean)."""
+        """Send a comm_msg; return the seconds until its echo (a comm_msg on ``comm_id`` with the
+        same data) arrives on IOPub, and wait for the request's idle so the next round starts
+        clean. The echo is matched by its comm and data, not its parent: IJulia publishes a
+        comm message under the last execute_request, not the comm_msg that caused it."""
         kc = self._client()
         msg = kc.session.msg("comm_msg", {"comm_id": comm_id, "data": data})
         t0 = time.perf_counter()
         kc.shell_channel.send(msg)
         msg_id = msg["header"]["msg_id"]
         took = -1.0
+        idle = False
         deadline = time.monotonic() + timeout
-        while True:
+        while took < 0 or not idle:
             left = deadline - time.monotonic()
             if left <= 0:
                 what = "echo" if took < 0 else "idle after the echo"
                 raise BenchError(f"{self.label}: no {what} within {timeout:g} s")
             got = kc.get_iopub_msg(timeout=left)
-            if got["parent_header"].get("msg_id") != msg_id:
-                continue
-            if got["msg_type"] == "comm_msg" and took < 0:
+            content = got["content"]
+            if (
+                got["msg_type"] == "comm_msg"
+                and content.get("comm_id") == comm_id
+                and content.get("data") == data
+                and took < 0
+            ):
                 took = time.perf_counter() - t0
-                if got["content"]["data"] != data:
-                    raise BenchError(f"{self.label}: echoed {got['content']['data']!r}")
-            elif got["msg_type"] == "status" and got["content"]["execution_state"] == "idle":
-                if took < 0:
-                    raise BenchError(f"{self.label}: idle before any echo")
-                return took
+            elif (
+                got["parent_header"].get("msg_id") == msg_id
+                and got["msg_type"] == "status"
+                and content["execution_state"] == "idle"
+            ):
+                idle = True
+        return took
 
     def open_comm(self, comm_id: str, target: str, timeout: float = CELL_TIMEOUT) -> None:
         """Open a comm to ``target`` from the client; wait until the kernel has handled it."""
