@@ -9,6 +9,14 @@
 #    protocol 2: ipywidgets 8's model and view names, module versions 2.0.0);
 # 2. a view: a value that shows as application/vnd.jupyter.widget-view+json, naming the model;
 # 3. an observer: the comm's on_msg gets the frontend's {"method": "update", "state": ...}.
+#
+# A cell that runs can read the slider as it moves: JupyterLab 4.4 and newer send a widget's
+# messages over a kernel subshell of their own (docs/subshells.md), and the kernel runs the
+# comm's on_msg at once, beside the running cell. In the next cell, move the slider to 10:
+#
+#     while slider_value[] != 10   # the loop sees every move, and ends at 10
+#         println("n = ", slider_value[]); sleep(0.5)
+#     end
 const CM = IJulia.CommManager
 
 """An ipywidgets model: its state, kept in step with the frontend's copy over its comm."""

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from jutul_jkernel.supervisor.pipes import (
     DRAIN,
+    ROUTE,
     TO_STDERR,
     TO_STDOUT,
     OutputPipes,
@@ -28,24 +29,29 @@ from jutul_jkernel.supervisor.pipes import (
 PREFIX = marker_prefix(new_marker())
 MARK, TO_ERR, TO_OUT = PREFIX + DRAIN, PREFIX + TO_STDERR, PREFIX + TO_STDOUT
 # NUL bytes and a marker's first bytes, as output (its random rest no output can know)
-NASTY = st.sampled_from([b"\0", b"\0\x1f", PREFIX[:6], PREFIX, b"x\0"])
+NASTY = st.sampled_from([b"\0", b"\0\x1f", PREFIX[:6], PREFIX, b"x\0", PREFIX + ROUTE])
+
+
+def routed_to(eid: int, stream: str) -> bytes:
+    """The code before a beside execution's output (capture.jl, route_head)."""
+    return PREFIX + ROUTE + b"%016x" % eid + (b"o" if stream == "stdout" else b"e")
 
 
 def _read(stream: bytes, cuts: list[int]) -> list[Piece]:
     """What a _Stream makes of ``stream`` read in the chunks ``cuts`` gives, merged per
-    (markers, stream), the kept tail counted as output at the end."""
+    (markers, stream, route), the kept tail counted as output at the end."""
     s = _Stream("stdout", -1, PREFIX)
     pieces: list[Piece] = []
     bounds = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
     for a, b in itertools.pairwise(bounds):
         pieces.extend(s.split(stream[a:b]))
-    pieces.append((s.seen, s.current, s.tail))
+    pieces.append((s.seen, s.current, s.tail, s.route))
     merged: list[Piece] = []
-    for m, name, data in pieces:
-        if merged and merged[-1][:2] == (m, name):
-            merged[-1] = (m, name, merged[-1][2] + data)
+    for m, name, data, route in pieces:
+        if merged and (merged[-1][0], merged[-1][1], merged[-1][3]) == (m, name, route):
+            merged[-1] = (m, name, merged[-1][2] + data, route)
         elif data:
-            merged.append((m, name, data))
+            merged.append((m, name, data, route))
     return merged
 
 
@@ -53,39 +59,79 @@ def _read(stream: bytes, cuts: list[int]) -> list[Piece]:
 @given(
     writes=st.lists(
         st.tuples(
-            st.sampled_from(["stdout", "stderr", "marker"]),
+            st.sampled_from(["stdout", "stderr", "marker", "routed"]),
             st.one_of(st.binary(min_size=1, max_size=40), NASTY),
+            st.sampled_from([(1, "stdout"), (0x1234, "stderr"), (2**40 + 7, "stdout")]),
         ),
         max_size=10,
     ),
     cuts=st.lists(st.integers(min_value=0, max_value=600), max_size=8),
 )
 def test_the_stdout_pipe_splits_back_into_what_was_written(
-    writes: list[tuple[str, bytes]], cuts: list[int]
+    writes: list[tuple[str, bytes, tuple[int, str]]], cuts: list[int]
 ) -> None:
-    """Julia's prints to stdout and stderr (the latter between TO_STDERR and TO_STDOUT) and
-    drain markers, read in any chunks: the same bytes, on the same stream, after the same
-    number of markers, NUL bytes of the output kept."""
+    """Julia's prints to stdout and stderr (the latter between TO_STDERR and TO_STDOUT), a
+    beside execution's prints (between its route code and TO_STDOUT) and drain markers, read
+    in any chunks: the same bytes, on the same stream and route, after the same number of
+    markers, NUL bytes of the output kept."""
     stream = b""
     want: list[Piece] = []
     markers = written = 0
-    for kind, data in writes:
+    for kind, data, (eid, routed_stream) in writes:
         if kind == "marker":
             stream += MARK
             markers += 1
             written += 1
             continue
-        stream += TO_ERR + data + TO_OUT if kind == "stderr" else data
-        written += 2 if kind == "stderr" else 0
-        if want and want[-1][:2] == (markers, kind):
-            want[-1] = (markers, kind, want[-1][2] + data)
+        if kind == "routed":
+            stream += routed_to(eid, routed_stream) + data + TO_OUT
+            name, route = routed_stream, eid
+            written += 2
         else:
-            want.append((markers, kind, data))
+            stream += TO_ERR + data + TO_OUT if kind == "stderr" else data
+            name, route = kind, 0
+            written += 2 if kind == "stderr" else 0
+        if want and (want[-1][0], want[-1][1], want[-1][3]) == (markers, name, route):
+            want[-1] = (markers, name, want[-1][2] + data, route)
+        else:
+            want.append((markers, name, data, route))
     # Output that happens to complete the prefix into a whole marker (the prefix, then a
     # code's two bytes in the next write) is one no real output can make: the hex digits
     # are random per process.
-    assume(sum(stream.count(m) for m in (MARK, TO_ERR, TO_OUT)) == written)
+    codes = (MARK, TO_ERR, TO_OUT, PREFIX + ROUTE)
+    assume(sum(stream.count(m) for m in codes) == written)
     assert _read(stream, cuts) == want
+
+
+def test_routed_output_goes_to_its_execution_once_someone_takes_it() -> None:
+    """A beside execution's output reaches ``routed`` with its id, in order with the rest;
+    before a ``routed`` is set it is delivered as the main cell's."""
+
+    async def run() -> tuple[list[tuple[str, bytes]], list[tuple[int, str, bytes]]]:
+        out_r, out_w = make_pipe()
+        err_r, err_w = make_pipe()
+        seen: list[tuple[str, bytes]] = []
+        routed: list[tuple[int, str, bytes]] = []
+        pipes = OutputPipes(
+            {"stdout": out_r, "stderr": err_r}, PREFIX, lambda n, d: seen.append((n, d))
+        )
+        pipes.start()
+        try:
+            os.write(out_w, routed_to(5, "stdout") + b"early" + TO_OUT)
+            assert await pipes.passed(0, 1.0)
+            await asyncio.sleep(0.1)
+            pipes.routed = lambda eid, n, d: routed.append((eid, n, d))
+            os.write(out_w, b"main" + routed_to(7, "stderr") + b"sub" + TO_OUT + b"again")
+            await asyncio.sleep(0.1)
+            return seen, routed
+        finally:
+            pipes.close()
+            os.close(out_w)
+            os.close(err_w)
+
+    seen, routed = asyncio.run(run())
+    assert seen == [("stdout", b"early"), ("stdout", b"main"), ("stdout", b"again")]
+    assert routed == [(7, "stderr", b"sub")]
 
 
 def test_output_after_a_marker_waits_for_its_release() -> None:

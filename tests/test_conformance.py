@@ -316,15 +316,16 @@ class JuliaKernelConformance(jupyter_kernel_test.KernelTests):
         self.assertIn("sum(itr", data["text/plain"])
         self.assertIn("sum(itr", data["text/markdown"])
 
-    def test_kernel_info_advertises_no_unsupported_features(self) -> None:
-        """Neither the debugger nor subshells are implemented, so neither is advertised."""
+    def test_kernel_info_advertises_subshells_and_no_debugger(self) -> None:
+        """Kernel subshells are implemented (tests/test_subshells.py) and advertised; the
+        debugger is not, and is not."""
         self.flush_channels()
         msg_id = self.kc.kernel_info()
         reply = self._reply_to(msg_id, jupyter_kernel_test.TIMEOUT)
         validate_message(reply, "kernel_info_reply", msg_id)
         features = reply["content"].get("supported_features", [])
         self.assertNotIn("debugger", features)
-        self.assertNotIn("kernel subshells", features)
+        self.assertIn("kernel subshells", features)
 
     def test_unknown_shell_request_gets_error_reply(self) -> None:
         """A shell request the kernel has no handler for is answered, with status error."""

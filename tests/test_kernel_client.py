@@ -358,7 +358,7 @@ def test_complete_inspect_is_complete(shared: tuple[KernelManager, BlockingKerne
 
 
 def test_kernel_info(shared: tuple[KernelManager, BlockingKernelClient]) -> None:
-    """language_info names the running Julia; unsupported features are not advertised."""
+    """language_info names the running Julia; subshells are advertised, the debugger not."""
     _, kc = shared
     reply = reply_to(kc, kc.kernel_info())["content"]
     info = reply["language_info"]
@@ -367,7 +367,7 @@ def test_kernel_info(shared: tuple[KernelManager, BlockingKernelClient]) -> None
     assert info["mimetype"] == "application/julia"
     assert info["file_extension"] == ".jl"
     assert "debugger" not in reply["supported_features"]
-    assert "kernel subshells" not in reply["supported_features"]
+    assert "kernel subshells" in reply["supported_features"]
     assert info["version"] in reply["banner"]
 
 

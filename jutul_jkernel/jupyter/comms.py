@@ -7,11 +7,17 @@ after them all. What Julia's code sends, prints or displays meanwhile goes out w
 running request as its parent. :class:`CommRouter` keeps account of the comms open, which
 comm_info_request lists and which are closed when Julia ends. docs/comms.md says what a user
 sees.
+
+A comm message that came on a subshell (JupyterLab sends a widget's over one) runs at once
+beside everything else (``JuliaSupervisor.deliver_comm_beside``), after the ones before it on
+the same subshell only: a slider moved while a cell runs reaches the comm's callback during
+the cell.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -53,12 +59,15 @@ class CommRouter:
         # The last comm message queued for Julia: each waits for the one before (see
         # received), and a cell for all of them (see delivered).
         self._queue: asyncio.Task[None] | None = None
+        self._beside_queues: dict[int, asyncio.Task[None]] = {}  # the same, per subshell
         self._open: dict[str, str] = {}  # comm id -> target name, open on both sides
         self._deliveries: set[asyncio.Task[None]] = set()  # those nobody awaits
 
-    async def received(self, msg: Parent, *, beside_another: bool) -> None:
+    async def received(self, msg: Parent, *, beside_another: bool, shell: int = 0) -> None:
         """Queue a frontend's comm message for Julia, after those before it; wait for it only
-        when it has the shell to itself (not ``beside_another`` request).
+        when it has the shell to itself (not ``beside_another`` request). ``shell`` is the
+        number of the subshell it came on (0: the main shell); on a subshell it waits only for
+        that subshell's earlier comm messages, and runs beside everything else.
 
         ipykernel 7 runs a comm message that arrives while another request holds the shell
         (a cell, a comm_open waiting for Julia) beside that request, and when the handler
@@ -68,9 +77,15 @@ class CommRouter:
         cell: that cell's idle went out as another's, and JupyterLab kept it at [*] for good.
         Beside another request, then, the handler returns once the message is queued.
         """
-        before = self._queue
-        delivery = asyncio.ensure_future(self._deliver_after(before, msg))
-        self._queue = delivery
+        if shell:
+            before = self._beside_queues.get(shell)
+            delivery = asyncio.ensure_future(self._deliver_after(before, msg, shell))
+            self._beside_queues[shell] = delivery
+            delivery.add_done_callback(lambda done: self._dequeue(shell, done))
+        else:
+            before = self._queue
+            delivery = asyncio.ensure_future(self._deliver_after(before, msg))
+            self._queue = delivery
         if beside_another:
             self._deliveries.add(delivery)
             delivery.add_done_callback(self._delivered_alone)
@@ -111,11 +126,19 @@ class CommRouter:
             if target is None or name == target
         }
 
-    async def _deliver_after(self, before: asyncio.Task[None] | None, msg: Parent) -> None:
-        with self._main_loop.running():
+    async def _deliver_after(
+        self, before: asyncio.Task[None] | None, msg: Parent, shell: int = 0
+    ) -> None:
+        # A subshell's comm message is no main-shell work that an interrupt waits for.
+        with contextlib.nullcontext() if shell else self._main_loop.running():
             if before is not None:
                 await asyncio.wait({before})  # its outcome is its own handler's to report
-            await self._deliver(msg)
+            await self._deliver(msg, shell)
+
+    def _dequeue(self, shell: int, delivery: asyncio.Task[None]) -> None:
+        """A subshell's last comm message ran: its queue is empty."""
+        if self._beside_queues.get(shell) is delivery:
+            del self._beside_queues[shell]
 
     def _delivered_alone(self, delivery: asyncio.Task[None]) -> None:
         self._deliveries.discard(delivery)
@@ -123,7 +146,7 @@ class CommRouter:
         if exc is not None:
             self._log.error("a comm message failed", exc_info=exc)
 
-    async def _deliver(self, msg: Parent) -> None:
+    async def _deliver(self, msg: Parent, shell: int = 0) -> None:
         """Run a frontend's comm message in Julia (JuliaSupervisor.deliver_comm). What its
         callback prints, displays and sends goes out with the message as its parent, as
         ipykernel's comm handlers do; ipykernel brackets it with busy and idle, except for one
@@ -152,7 +175,10 @@ class CommRouter:
         sink, out = self._sink(msg)
         try:
             await self._julia_ready()
-            result = await self._supervisor.deliver_comm(message, sink)
+            if shell:
+                result = await self._supervisor.deliver_comm_beside(message, sink, shell=shell)
+            else:
+                result = await self._supervisor.deliver_comm(message, sink)
         except (JuliaDiedError, JuliaStartupError) as exc:
             out.flush(final=True)
             if msg_type == "comm_open":  # no Julia took it: the frontend's side stays alone

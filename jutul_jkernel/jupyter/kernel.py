@@ -12,12 +12,18 @@ loop thread-safely (:mod:`jutul_jkernel.jupyter.threads` says which thread runs 
 interrupt would SIGINT our own process group, and the stock pre-handler hook turns SIGINT into a
 KeyboardInterrupt that kills the asyncio loop, so both are replaced. Everything of a cell is
 published before its reply, since clients stop reading IOPub at the cell's idle.
+
+Subshells (messaging 5.5): a request that names a subshell runs beside the main shell's, as an
+asyncio task on the main loop, in order within its subshell (:mod:`.subshells`); its cells go to
+Julia through ``JuliaSupervisor.execute_beside``. Interrupts reach the main shell only, and all
+shells share one execution count, as in ipykernel.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import inspect
 import os
 import signal
 import sys
@@ -37,6 +43,12 @@ from jutul_jkernel.jupyter import stdin
 from jutul_jkernel.jupyter.comms import CommRouter
 from jutul_jkernel.jupyter.history import History
 from jutul_jkernel.jupyter.publish import Parent, Publisher
+from jutul_jkernel.jupyter.subshells import (
+    Subshell,
+    Subshells,
+    TooManySubshellsError,
+    error_reply,
+)
 from jutul_jkernel.jupyter.threads import ControlBacklog, MainLoop
 from jutul_jkernel.supervisor.coalesce import StreamCoalescer
 from jutul_jkernel.supervisor.errors import JuliaDiedError, JuliaStartupError
@@ -65,12 +77,8 @@ _BESIDE_ANOTHER: ContextVar[bool] = ContextVar("jutul_jkernel_beside_another", d
 # jupyter_client gives a kernel 2.5 s after shutdown_request before SIGTERM.
 _SHUTDOWN_BUDGET = 2.0
 
-_UNSUPPORTED_CONTROL = (
-    "debug_request",
-    "create_subshell_request",
-    "delete_subshell_request",
-    "list_subshell_request",
-)
+_UNSUPPORTED_CONTROL = ("debug_request",)
+_COMM_MESSAGES = ("comm_open", "comm_msg", "comm_close")
 
 
 class JuliaKernel(Kernel):
@@ -132,6 +140,7 @@ class JuliaKernel(Kernel):
         self._history = History()
         self._stored = 0  # executions that stored history: see execution_count
         self._last_parent: Parent | None = None
+        self._subshells = Subshells()  # jupyter/subshells.py
         for msg_type in _UNSUPPORTED_CONTROL:
             self.control_handlers[msg_type] = self._unsupported_request
 
@@ -265,8 +274,8 @@ class JuliaKernel(Kernel):
     @property
     def kernel_info(self) -> dict[str, Any]:
         # Built here rather than by ipykernel, whose version imports its debugger (50-140 ms at
-        # start-up) to list features this kernel would then have to remove: neither kernel
-        # subshells nor the debugger is implemented, so none is advertised.
+        # start-up) to list features this kernel would then have to remove: the debugger is
+        # not implemented.
         return {
             "protocol_version": kernel_protocol_version,
             "implementation": self.implementation,
@@ -274,7 +283,7 @@ class JuliaKernel(Kernel):
             "language_info": self.language_info,
             "banner": self.banner,
             "help_links": self.help_links,
-            "supported_features": [],
+            "supported_features": ["kernel subshells"],
         }
 
     async def kernel_info_request(self, stream: Any, ident: Any, parent: Parent) -> None:
@@ -309,22 +318,24 @@ class JuliaKernel(Kernel):
     async def shell_main(self, subshell_id: str | None, msg: Any) -> None:
         """Handle one shell message, read by the main loop itself (jupyter/app.py).
 
-        A message addressed to a subshell gets the reply ipykernel sends for a subshell that
-        does not exist (busy, an ``UnknownSubshellError`` reply, idle): this kernel has none.
+        A message addressed to a subshell runs as a task of its own (``_subshell_main``), in
+        a copy of this context, so that its parent is its own: it waits only for the requests
+        before it on its subshell. One addressed to a subshell that does not exist gets
+        ipykernel's reply for that (busy, an ``UnknownSubshellError`` reply, idle).
         """
-        requested = self._subshell_of(msg)
-        if requested is not None:
-            idents, parent = self._sess.feed_identities(msg, copy=False)
-            try:
-                request = self._sess.deserialize(parent, content=False, copy=False)
-            except Exception:  # ipykernel logs and drops an invalid message the same way
-                self.log.error("Invalid message", exc_info=True)
-                return
-            self._send_unknown_subshell_reply(idents, request, UnknownSubshellError(requested))
+        requested = self._subshell_id_of(msg)
+        if requested is None:
+            await super().shell_main(subshell_id, msg)
             return
-        await super().shell_main(subshell_id, msg)
+        subshell = self._subshells.get(requested)
+        if subshell is None:
+            self._reply_unknown_subshell(msg, requested)
+            return
+        subshell.received += 1
+        number = subshell.received
+        self._main_loop.spawn(lambda: self._subshell_main(subshell, msg, number))
 
-    def _subshell_of(self, msg: Any) -> str | None:
+    def _subshell_id_of(self, msg: Any) -> str | None:
         """The ``subshell_id`` in a shell message's header, read without its content."""
         try:
             _, parts = self._sess.feed_identities(msg, copy=False)
@@ -356,7 +367,12 @@ class JuliaKernel(Kernel):
         await self._comm_received(parent)
 
     async def _comm_received(self, msg: Parent) -> None:
-        await self._comms.received(msg, beside_another=_BESIDE_ANOTHER.get())
+        subshell = self._subshell_for(msg)
+        await self._comms.received(
+            msg,
+            beside_another=_BESIDE_ANOTHER.get(),
+            shell=subshell.number if subshell is not None else 0,
+        )
 
     async def comm_info_request(self, stream: Any, ident: Any, parent: Parent) -> None:
         """The comms open now, those of one target if the request names it."""
@@ -393,6 +409,11 @@ class JuliaKernel(Kernel):
         cell_id: str | None = None,
     ) -> dict[str, Any]:
         """Run a cell in Julia, publishing its output, displays and result as they come."""
+        subshell = self._subshell_for(self.get_parent("shell"))
+        if subshell is not None:  # beside the main shell, which an interrupt does not wait for
+            return await self._execute(
+                code, silent, store_history, user_expressions, allow_stdin, subshell
+            )
         # Everything of the cell is queued on IOPub when the block ends (see interrupt_request).
         with self._main_loop.running():
             return await self._execute(code, silent, store_history, user_expressions, allow_stdin)
@@ -404,16 +425,21 @@ class JuliaKernel(Kernel):
         store_history: bool,
         user_expressions: dict[str, str] | None,
         allow_stdin: bool,
+        subshell: Subshell | None = None,
     ) -> dict[str, Any]:
         parent = self.get_parent("shell")
         ident = self._get_shell_context_var(self._shell_parent_ident)
-        self._last_parent = parent
+        if subshell is None:
+            self._last_parent = parent
+        else:
+            subshell.last_parent = parent
         # A request that stores no history replies with the last stored count (IPythonKernel).
         stores = store_history and not silent
         if stores:
             self._stored += 1
         count = self._stored
-        await self._comms.delivered()  # those received before the cell run before it
+        if subshell is None:
+            await self._comms.delivered()  # those received before the cell run before it
         await self._julia_ready(_KERNEL_INFO_WAIT)
 
         if code.strip() in ("exit", "quit"):
@@ -429,12 +455,18 @@ class JuliaKernel(Kernel):
         async def ask_input(prompt: str, password: bool) -> str:
             return await stdin.ask(self._sess, self.stdin_socket, prompt, password, parent, ident)
 
-        sink, out = self._sink(parent, silent=silent, ask_input=ask_input if allow_stdin else None)
+        # In a subshell Julia itself says that stdin is not available.
+        asks = allow_stdin and subshell is None
+        sink, out = self._sink(parent, silent=silent, ask_input=ask_input if asks else None)
+        name = f"In[{count}]" if stores else None
         try:
             # Only a named execution becomes In[n], Out[n] and ans (supervisor.execute).
-            result = await self.supervisor.execute(
-                code, sink, name=f"In[{count}]" if stores else None
-            )
+            if subshell is None:
+                result = await self.supervisor.execute(code, sink, name=name)
+            else:
+                result = await self.supervisor.execute_beside(
+                    code, sink, shell=subshell.number, name=name
+                )
         except (JuliaDiedError, JuliaStartupError) as exc:
             out.flush(final=True)
             return self._error_reply(
@@ -459,7 +491,7 @@ class JuliaKernel(Kernel):
             "user_expressions": {},
         }
         if user_expressions:
-            reply["user_expressions"] = await self._user_expressions(user_expressions)
+            reply["user_expressions"] = await self._user_expressions(user_expressions, subshell)
         return reply
 
     def _sink(
@@ -517,11 +549,16 @@ class JuliaKernel(Kernel):
             self._iopub.send("error", content, parent)
         return {"status": "error", "execution_count": count, **content}
 
-    async def _user_expressions(self, expressions: dict[str, str]) -> dict[str, Any]:
+    async def _user_expressions(
+        self, expressions: dict[str, str], subshell: Subshell | None = None
+    ) -> dict[str, Any]:
         answers: dict[str, Any] = {}
         for name, expr in expressions.items():
             try:
-                r = await self.supervisor.execute(expr)
+                if subshell is None:
+                    r = await self.supervisor.execute(expr)
+                else:
+                    r = await self.supervisor.execute_beside(expr, shell=subshell.number)
             except (JuliaDiedError, JuliaStartupError) as exc:
                 answers[name] = {
                     "status": "error",
@@ -552,6 +589,151 @@ class JuliaKernel(Kernel):
         """A display between cells (a background task) goes to the last cell, as its output."""
         if self._last_parent is not None:
             self._iopub.display(shown, self._last_parent)
+
+    # ---- subshells (jupyter/subshells.py) ----
+
+    async def create_subshell_request(self, stream: Any, ident: Any, parent: Parent) -> None:
+        """A new subshell (on the control thread): its id, or why there is none."""
+        try:
+            content = {"status": "ok", "subshell_id": self._subshells.create().id}
+        except TooManySubshellsError as exc:
+            content = error_reply(exc)
+        self._sess.send(stream, "create_subshell_reply", content, parent, ident=ident)
+
+    async def delete_subshell_request(self, stream: Any, ident: Any, parent: Parent) -> None:
+        """Delete a subshell now (on the control thread); the main loop then ends its running
+        request and answers those queued behind it (``_retire``)."""
+        subshell_id = parent.get("content", {}).get("subshell_id")
+        try:
+            subshell = self._subshells.delete(str(subshell_id))
+        except UnknownSubshellError as exc:
+            content = error_reply(exc)
+        else:
+            content = {"status": "ok"}
+            self._main_loop.spawn_threadsafe(lambda: self._retire(subshell))
+        self._sess.send(stream, "delete_subshell_reply", content, parent, ident=ident)
+
+    async def list_subshell_request(self, stream: Any, ident: Any, parent: Parent) -> None:
+        """The subshells' ids, under the singular key (JEP 91); the main shell is not one."""
+        content = {"status": "ok", "subshell_id": self._subshells.ids()}
+        self._sess.send(stream, "list_subshell_reply", content, parent, ident=ident)
+
+    def _subshell_for(self, msg: Parent) -> Subshell | None:
+        """The subshell a (deserialized) message names, or None for the main shell."""
+        subshell_id = msg.get("header", {}).get("subshell_id")
+        return None if subshell_id is None else self._subshells.get(subshell_id)
+
+    async def _subshell_main(self, subshell: Subshell, msg: list[Any], number: int) -> None:
+        """ipykernel's shell_main for one subshell: its requests one at a time, in order, but
+        a comm message that comes while another request holds it, which is dispatched at once
+        beside it (as ipykernel does: a running cell may wait for a widget)."""
+        self._route_subshell_output(subshell)
+        if subshell.lock.locked() and not subshell.deleted and self._is_comm(msg):
+            await self._dispatch_subshell(subshell, msg, number, concurrent=True)
+            return
+        async with subshell.lock:
+            if subshell.deleted:
+                self._reply_unknown_subshell(msg, subshell.id)
+            else:
+                await self._dispatch_subshell(subshell, msg, number)
+
+    async def _dispatch_subshell(
+        self, subshell: Subshell, msg: list[Any], number: int, *, concurrent: bool = False
+    ) -> None:
+        """ipykernel's dispatch_shell for a subshell's message (``Kernel.dispatch_shell``, whose
+        own stop_on_error and reply socket are the shell-channel thread's, which this kernel
+        has not): the request as parent, busy, the handler, idle; an execute_request received
+        before an error reply of its subshell is aborted."""
+        idents, parts = self._sess.feed_identities(msg, copy=False)
+        try:
+            request = self._sess.deserialize(parts, content=True, copy=False)
+        except Exception:
+            self.log.error("Invalid Message", exc_info=True)
+            return
+        self.set_parent(idents, request, channel="shell")
+        _BESIDE_ANOTHER.set(concurrent)
+        if not concurrent:
+            self._publish_status("busy", "shell")
+        msg_type = request["header"]["msg_type"]
+        stream = self.shell_stream
+        if msg_type == "execute_request" and number <= subshell.abort_up_to:
+            self._send_abort_reply(stream, request, idents)
+        elif self.should_handle(stream, request, idents):
+            handler = self.shell_handlers.get(msg_type)
+            if handler is None:
+                self.log.warning("Unknown message type: %r", msg_type)
+            else:
+                try:
+                    result = handler(stream, idents, request)
+                    if inspect.isawaitable(result):
+                        await result
+                except Exception:
+                    self.log.error("Exception in message handler:", exc_info=True)
+        if not concurrent:
+            self._publish_status("idle", "shell")
+
+    def _abort_queues(self, subshell_id: str | None = None) -> None:
+        """stop_on_error: a subshell's error reply aborts the execute requests received for it
+        so far (ipykernel aborts what is queued in the subshell's socket); the main shell's as
+        ipykernel does."""
+        if subshell_id is None:
+            super()._abort_queues(subshell_id)
+            return
+        subshell = self._subshells.get(subshell_id)
+        if subshell is not None:
+            subshell.abort_up_to = subshell.received
+
+    async def _retire(self, subshell: Subshell) -> None:
+        """A deleted subshell: its running request ends now (an error that says so), and those
+        queued behind it get the unknown-id error (``_subshell_main``)."""
+        reason = f"subshell {subshell.id!r} was deleted while this request ran"
+        self.supervisor.abandon_shell(subshell.number, reason)
+        self.supervisor.route_shell_output(subshell.number, None)
+
+    def _route_subshell_output(self, subshell: Subshell) -> None:
+        """What a subshell's tasks print or display after its request ended goes under its
+        last request (the main shell's last, if it had none)."""
+        if subshell.routed:
+            return
+        subshell.routed = True
+
+        def parent() -> Parent | None:
+            return subshell.last_parent or self._last_parent
+
+        def on_display(shown: Display) -> None:
+            if parent() is not None:
+                self._iopub.display(shown, parent())
+
+        self.supervisor.route_shell_output(
+            subshell.number,
+            OutputSink(
+                stream=lambda name, data: self._iopub.stream(
+                    name, data.decode("utf-8", "replace"), parent()
+                ),
+                display=on_display,
+                backpressure=self._iopub.backpressure,
+                comm=lambda sent: self._comms.publish(sent, parent()),
+            ),
+        )
+
+    def _is_comm(self, msg: list[Any]) -> bool:
+        try:
+            _, parts = self._sess.feed_identities(msg, copy=False)
+            header = self._sess.deserialize(parts, content=False, copy=False)["header"]
+        except Exception:
+            return False
+        return header.get("msg_type") in _COMM_MESSAGES
+
+    def _reply_unknown_subshell(self, msg: list[Any], subshell_id: str) -> None:
+        """ipykernel's reply for a subshell that is not there (busy, an UnknownSubshellError
+        reply, idle: ``Kernel._send_unknown_subshell_reply``)."""
+        idents, parts = self._sess.feed_identities(msg, copy=False)
+        try:
+            request = self._sess.deserialize(parts, content=False, copy=False)
+        except Exception:  # ipykernel logs and drops an invalid message the same way
+            self.log.error("Invalid message", exc_info=True)
+            return
+        self._send_unknown_subshell_reply(idents, request, UnknownSubshellError(subshell_id))
 
     # ---- completion, inspection, history ----
 

@@ -87,6 +87,13 @@ class FrameKind(enum.Enum):
     # COM <id> <head_bytes> <n>: a frontend's comm message, run as evaluation <id> (its callback),
     # queued in order with EXE and EXN; payload as CMM's
     COM = "COM"
+    # EXS <id> <name> <n>: a subshell's code, run at once beside everything else as evaluation <id>
+    # (beside.jl); <name> as EXN's, - for none. Its output is routed by task in the stdout pipe
+    # (capture.jl, supervisor/pipes.py); INT <id> cancels it
+    EXS = "EXS"
+    # COS <id> <head_bytes> <n>: a frontend's comm message that came on a subshell: as COM, but run
+    # at once beside everything else, as EXS is
+    COS = "COS"
 
     @property
     def arity(self) -> int:
@@ -125,6 +132,8 @@ ARGS: dict[FrameKind, tuple[Arg, ...]] = {
     ),
     FrameKind.SYN: (Arg("id", "id"),),
     FrameKind.COM: (Arg("id", "id"), Arg("head_bytes", "count")),
+    FrameKind.EXS: (Arg("id", "id"), Arg("name", "token")),
+    FrameKind.COS: (Arg("id", "id"), Arg("head_bytes", "count")),
 }
 
 # The kinds Julia receives (Python sends them); Julia sends the others.
@@ -138,6 +147,8 @@ TO_JULIA = frozenset(
         FrameKind.QRY,
         FrameKind.SYN,
         FrameKind.COM,
+        FrameKind.EXS,
+        FrameKind.COS,
     }
 )
 FROM_JULIA = frozenset(FrameKind) - TO_JULIA

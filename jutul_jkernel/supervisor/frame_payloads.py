@@ -110,7 +110,20 @@ def comm_of(frame: Frame) -> CommMessage:
 
 def encode_comm(eid: int, message: CommMessage) -> bytes:
     """The COM frame that hands a frontend's comm message to Julia as evaluation ``eid``."""
-    head = json.dumps(
+    head = _comm_head(message)
+    return encode(FrameKind.COM, eid, len(head), payload=head + b"".join(message.buffers))
+
+
+def encode_comm_beside(eid: int, message: CommMessage) -> bytes:
+    """The COS frame: a comm message that came on a subshell, which Julia runs at once, beside
+    everything else, as evaluation ``eid``; the payload as COM's."""
+    head = _comm_head(message)
+    return encode(FrameKind.COS, eid, len(head), payload=head + b"".join(message.buffers))
+
+
+def _comm_head(message: CommMessage) -> bytes:
+    """A comm message's JSON head: its type, content, metadata and its buffers' lengths."""
+    return json.dumps(
         {
             "msg_type": message.msg_type,
             "content": message.content,
@@ -118,4 +131,3 @@ def encode_comm(eid: int, message: CommMessage) -> bytes:
             "buffers": [len(b) for b in message.buffers],
         }
     ).encode()
-    return encode(FrameKind.COM, eid, len(head), payload=head + b"".join(message.buffers))

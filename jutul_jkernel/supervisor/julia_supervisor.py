@@ -5,7 +5,9 @@ routes what comes back: live output to the execution's :class:`OutputSink`, one
 :class:`ExecutionResult` per execution. Executions run one at a time;
 :meth:`JuliaSupervisor.interrupt` and :meth:`JuliaSupervisor.shutdown` never wait behind them.
 If Julia dies, every waiter fails at once with :class:`JuliaDiedError` explaining how, and the
-next execution starts a fresh Julia and says that state was lost.
+next execution starts a fresh Julia and says that state was lost. Executions beside the main
+one (a subshell's: :meth:`JuliaSupervisor.execute_beside`) run at once, whatever the main one
+does (supervisor/beside.py).
 :meth:`JuliaSupervisor.launch` spawns Julia synchronously, before any event loop runs, for
 start() to adopt: the kernel's entry point uses it so that Julia boots while ipykernel is still
 being imported.
@@ -18,7 +20,8 @@ byte goes), execution_queue.py (executions one at a time), execution.py (one exe
 own frames), interrupts.py with interrupt_state.py and interrupt_claims.py (interrupts),
 queries.py (complete, inspect, is_complete; SYN), post_mortem.py (explaining a death),
 frame_payloads.py (checking what frames carry), output_sink.py (where output goes),
-results.py and errors.py (what callers get). Left here: the Julia it holds, from its start to
+results.py and errors.py (what callers get), beside.py (executions beside the main
+one). Left here: the Julia it holds, from its start to
 its death or stop, and the public API.
 
 Usage from plain Python::
@@ -39,9 +42,10 @@ from typing import Any
 from jutul_jkernel import settings
 from jutul_jkernel.protocol.wire import Decoder, Frame, FrameKind, encode
 from jutul_jkernel.supervisor import queries
+from jutul_jkernel.supervisor.beside import BesideExecutions
 from jutul_jkernel.supervisor.errors import JuliaDiedError, JuliaStartupError, describe_exit
 from jutul_jkernel.supervisor.execution_queue import ExecutionQueue
-from jutul_jkernel.supervisor.frame_payloads import encode_comm
+from jutul_jkernel.supervisor.frame_payloads import encode_comm, encode_comm_beside
 from jutul_jkernel.supervisor.interrupt_claims import Claims
 from jutul_jkernel.supervisor.interrupts import InterruptLadder
 from jutul_jkernel.supervisor.julia_process import JuliaProcess
@@ -123,6 +127,13 @@ class JuliaSupervisor:
         )
         self._route = FrameRouter(lambda: self._executions.current, stray or OutputSink())
         self._reader = JuliaReader(self._route, lambda: self._julia, self._on_death)
+        self._beside = BesideExecutions(
+            start=self.start,
+            julia=lambda: self._julia,
+            new_id=self._new_id,
+            stray=lambda: self._route.stray,
+        )
+        self._route.beside = self._beside
         self._closed = False
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -223,6 +234,51 @@ class JuliaSupervisor:
         return await self._executions.run(
             lambda eid: encode_comm(eid, message), sink or OutputSink()
         )
+
+    async def execute_beside(
+        self,
+        code: str,
+        sink: OutputSink | StreamCallback | None = None,
+        *,
+        shell: int,
+        name: str | None = None,
+    ) -> ExecutionResult:
+        """Evaluate ``code`` in Main now, beside whatever else runs: a subshell's cell.
+
+        As :meth:`execute` (the same ``sink`` and ``name``), except that it waits for nothing
+        but a free slot (at most ``beside.LIMIT`` run at once): Julia runs it in a task of its
+        own whenever the main execution yields (sleep, I/O, ``yield()``). ``shell`` (1, 2, ...)
+        is the route it belongs to: what it, and the tasks it starts, print or display goes to
+        ``sink``, and once it ended to the route's stray sink (:meth:`route_shell_output`),
+        told apart from the main execution's output by task, not by time. stdin cannot be read
+        there, and :meth:`interrupt` does not reach it (:meth:`abandon_shell` ends it). Raises
+        JuliaDiedError if Julia dies meanwhile; the route's next execution then says that the
+        state was lost.
+        """
+
+        def frame_of(eid: int) -> bytes:
+            return encode(FrameKind.EXS, eid, name or "-", payload=code.encode())
+
+        return await self._beside.run(frame_of, as_sink(sink), shell)
+
+    async def deliver_comm_beside(
+        self, message: CommMessage, sink: OutputSink | None = None, *, shell: int
+    ) -> ExecutionResult:
+        """Hand a frontend's comm message that came on subshell ``shell`` to Julia, which runs
+        its callback at once, beside whatever else runs (as :meth:`execute_beside`)."""
+        return await self._beside.run(
+            lambda eid: encode_comm_beside(eid, message), sink or OutputSink(), shell
+        )
+
+    def abandon_shell(self, shell: int, reason: str) -> None:
+        """End the executions of route ``shell`` now, each with a ``SubshellDeleted`` error
+        saying ``reason``, and ask Julia to stop them (a subshell was deleted)."""
+        self._beside.abandon(shell, reason)
+
+    def route_shell_output(self, shell: int, sink: OutputSink | None) -> None:
+        """Where route ``shell``'s output goes once its execution ended (a task it started
+        printing later); None: the stray sink of :meth:`route_stray_output`."""
+        self._beside.route_stray(shell, sink)
 
     async def interrupt(self) -> None:
         """Interrupt the running execution, escalating as needed; return at once.
@@ -372,6 +428,7 @@ class JuliaSupervisor:
                     self._start_in_background()
             elif not self._closed:
                 self._executions.lost_state = lost_state_notice(j.death.exit_description)
+        self._beside_ended(j, restarted)
 
     def _start_in_background(self) -> None:
         async def start() -> None:
@@ -395,7 +452,26 @@ class JuliaSupervisor:
         j.dead, j.death = True, j.death or death
         self._executions.julia_stopped(death)
         j.replies.fail_all(death)
+        self._beside.julia_ended(j, death, lost=None)
         self._julia_ended()
+
+    def _beside_ended(self, j: JuliaProcess, restarted: bool) -> None:
+        """Julia ``j`` died: each beside execution sent to it fails, saying so; each route's
+        next one says that the state was lost."""
+        assert j.death is not None
+        if restarted:
+            error = JuliaDiedError(
+                "Julia was restarted: the main execution did not respond to interrupts, "
+                "and this one ended with it"
+            )
+            lost = (
+                "Julia was restarted because an execution did not respond to interrupts: "
+                "variables, functions and packages loaded before are gone."
+            )
+        else:
+            error = j.death
+            lost = lost_state_notice(j.death.exit_description or "died")
+        self._beside.julia_ended(j, error, lost=None if self._closed else lost)
 
     def _julia_ended(self) -> None:
         """Tell the stray sink that a Julia process ended: what it had open (comms) is gone."""

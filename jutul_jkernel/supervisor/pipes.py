@@ -13,6 +13,12 @@ an input request), Julia writes a marker into both pipes and sends that frame in
 holds back what either stream wrote after marker n until then, so output printed before a
 display comes before it and output printed after comes after. Julia's own `stderr` travels in
 the stdout pipe between two markers, so that its prints to stdout and stderr keep their order.
+
+Routes: what Julia code running beside the main cell (a subshell's request, and the tasks it
+started) prints travels in the stdout pipe too, after a ROUTE code that names the execution
+whose output it is (its id, 16 hex digits, and ``o`` or ``e`` for stdout or stderr) and up to
+TO_STDOUT. Those bytes go to ``routed``, not ``deliver``. Output written to fd 1 or fd 2
+directly (C libraries, child processes) has no route: it is the main cell's.
 """
 
 from __future__ import annotations
@@ -45,8 +51,11 @@ def new_marker() -> str:
 # are read in julia/JKernel/src/capture.jl too: change both or neither.
 DRAIN = b"\x1f\0"  # drain marker: a frame inside MRK <n> follows what came before the n-th
 TO_STDERR = b"e\0"  # on the stdout pipe: what follows is Julia's stderr ...
-TO_STDOUT = b"o\0"  # ... and from here on stdout again
-_CODES = (DRAIN, TO_STDERR, TO_STDOUT)
+TO_STDOUT = b"o\0"  # ... and from here on stdout again (the main cell's)
+ROUTE = b"r\0"  # on the stdout pipe: what follows is the output of the execution named after it
+_ROUTE_ARGS = 17  # after ROUTE: the execution's id in 16 hex digits, then b"o" or b"e"
+_CODES = (DRAIN, TO_STDERR, TO_STDOUT, ROUTE)
+_ROUTED_STREAMS = {ord("o"): "stdout", ord("e"): "stderr"}
 
 
 def marker_prefix(hex_digits: str) -> bytes:
@@ -62,7 +71,8 @@ def make_pipe() -> tuple[int, int]:
     return r, w
 
 
-Piece = tuple[int, str, bytes]  # (drain markers before it, stream, bytes)
+Piece = tuple[int, str, bytes, int]  # (drain markers before it, stream, bytes, route: 0 or an id)
+Routed = Callable[[int, str, bytes], None]  # (execution id, "stdout" | "stderr", bytes)
 
 
 class _Stream:
@@ -79,6 +89,7 @@ class _Stream:
         self.fd = fd
         self.prefix = prefix
         self.current = name  # the stream the next bytes belong to
+        self.route = 0  # ... and the execution they are routed to (0: none, the main cell's)
         self.seen = 0  # drain markers read so far
         self.eof = False
         self.tail = b""  # may be the start of a marker: kept until the next read
@@ -92,7 +103,7 @@ class _Stream:
 
         def emit(chunk: bytes) -> None:
             if chunk:
-                pieces.append((self.seen, self.current, chunk))
+                pieces.append((self.seen, self.current, chunk, self.route))
 
         whole = len(self.prefix) + 2
         pos = 0
@@ -106,11 +117,27 @@ class _Stream:
                 emit(buf[pos : i + 1])
                 pos = i + 1
                 continue
+            if code == ROUTE:
+                end = i + whole + _ROUTE_ARGS
+                if end > len(buf):  # its execution has not arrived yet
+                    emit(buf[pos:i])
+                    self.tail = buf[i:]
+                    return pieces
+                route, stream = _route_of(buf[i + whole : end])
+                if route == 0:  # not a route after all: output
+                    emit(buf[pos : i + 1])
+                    pos = i + 1
+                    continue
+                emit(buf[pos:i])
+                self.current, self.route = stream, route
+                pos = end
+                continue
             emit(buf[pos:i])
             if code == DRAIN:
                 self.seen += 1
             else:
                 self.current = "stderr" if code == TO_STDERR else "stdout"
+                self.route = 0
             pos = i + whole
         # Keep a tail that could be the start of a marker (which starts with NUL).
         rest = buf[pos:]
@@ -126,11 +153,22 @@ class _Stream:
         return pieces
 
 
+def _route_of(arg: bytes) -> tuple[int, str]:
+    """The execution id and stream after a ROUTE code; (0, "") if it is no route."""
+    stream = _ROUTED_STREAMS.get(arg[-1])
+    digits = arg[:-1]
+    if stream is None or not all(c in b"0123456789abcdef" for c in digits):
+        return 0, ""
+    return int(digits, 16), stream
+
+
 class OutputPipes:
     """Read Julia's stdout and stderr pipes in the event loop and pass the bytes on in order.
 
     ``deliver(stream, data)`` gets every byte once, markers removed, in the order each stream
-    wrote them, and never a byte written after marker n before ``release(n)``.
+    wrote them, and never a byte written after marker n before ``release(n)``; bytes routed to
+    an execution go to ``routed(id, stream, data)`` instead, once one is set (before, to
+    ``deliver``).
     """
 
     def __init__(
@@ -138,6 +176,7 @@ class OutputPipes:
     ) -> None:
         self._streams = [_Stream(name, fds[name], prefix) for name in STREAMS]
         self._deliver = deliver
+        self.routed: Routed | None = None
         self._released = 0
         self._paused = False
         self._reading = False
@@ -193,8 +232,7 @@ class OutputPipes:
         self._released = max(self._released, n)
         for s in self._streams:
             while s.held and s.held[0][0] <= self._released:
-                _, name, data = s.held.pop(0)
-                self._deliver(name, data)
+                self._pass_on(s.held.pop(0))
 
     def skip(self, n: int) -> None:
         """Count marker ``n`` as passed on both streams though it never came (a lost marker)."""
@@ -213,9 +251,9 @@ class OutputPipes:
             with contextlib.suppress(OSError):
                 while data := os.read(s.fd, _READ_BYTES):
                     pieces.extend(s.split(data))
-            pieces.append((s.seen, s.current, s.tail))
+            pieces.append((s.seen, s.current, s.tail, 0))
             s.tail = b""
-            for _, name, data in pieces:
+            for _, name, data, _ in pieces:
                 left[name] += data
         return left
 
@@ -260,12 +298,19 @@ class OutputPipes:
         before = s.seen
         pieces = s.split(data)
         if s.eof and s.tail:  # no marker can follow: what looked like its start is output
-            pieces.append((s.seen, s.current, s.tail))
+            pieces.append((s.seen, s.current, s.tail, s.route))
             s.tail = b""
         for piece in pieces:
             if s.held or piece[0] > self._released:
                 s.held.append(piece)
             else:
-                self._deliver(piece[1], piece[2])
+                self._pass_on(piece)
         if (s.seen != before or s.eof) and self._changed is not None:
             self._changed.set()
+
+    def _pass_on(self, piece: Piece) -> None:
+        _, name, data, route = piece
+        if route and self.routed is not None:
+            self.routed(route, name, data)
+        else:
+            self._deliver(name, data)

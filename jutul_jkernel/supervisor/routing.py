@@ -7,6 +7,8 @@ around a display keeps its place). The connection's own frame kinds have their h
 table (``_CONNECTION_FRAMES``); a frame addressed to the running execution goes to it
 (``Execution.take``), a display from a task that outlived its cell to the stray sink, anything
 else nowhere. A comm message Julia sends is never dropped: without its execution it goes stray.
+A frame about an execution beside the main one (a subshell's: supervisor/beside.py) goes to it,
+or, once it ended, to its route's stray sink.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 from collections.abc import Callable
 
 from jutul_jkernel.protocol.wire import Frame, FrameKind, ProtocolError, inner_frame
+from jutul_jkernel.supervisor.beside import BesideExecutions
 from jutul_jkernel.supervisor.execution import Execution
 from jutul_jkernel.supervisor.frame_payloads import comm_of, display_of, json_object
 from jutul_jkernel.supervisor.julia_process import JuliaProcess
@@ -33,6 +36,7 @@ class FrameRouter:
     def __init__(self, current: Callable[[], Execution | None], stray: OutputSink) -> None:
         self._current = current
         self.stray = stray  # the sink of what Julia sends between executions
+        self.beside: BesideExecutions | None = None  # the executions beside the main one
 
     def sink_now(self) -> OutputSink:
         """The running execution's sink, or the stray one between executions."""
@@ -83,15 +87,17 @@ class FrameRouter:
             own(self, j, frame)
             return
         ex = self._current()
-        if ex is None and frame.kind in (FrameKind.DSP, FrameKind.CLR):
+        if ex is not None and int(frame.args[0]) == ex.id:
+            ex.take(j, frame)
+        elif self.beside is not None and self.beside.take(j, frame):
+            return
+        elif ex is None and frame.kind in (FrameKind.DSP, FrameKind.CLR):
             # A task that outlived its cell displays where its println goes: the last cell.
             self.stray.show(display_of(frame))
-        elif ex is None or int(frame.args[0]) != ex.id:
+        else:
             log.debug(
                 "dropped a %s frame for execution %s: not running", frame.kind.name, frame.args[0]
             )
-        else:
-            ex.take(j, frame)
 
     def _on_output(self, j: JuliaProcess, frame: Frame) -> None:
         self.output(j, frame.args[0], frame.payload)
@@ -109,10 +115,13 @@ class FrameRouter:
 
     def _on_comm(self, j: JuliaProcess, frame: Frame) -> None:
         # Never dropped, unlike a late display: a widget's state must reach the frontend.
-        ex = self._current()
-        (ex.sink if ex is not None and int(frame.args[0]) == ex.id else self.stray).send(
-            comm_of(frame)
-        )
+        ex, eid = self._current(), int(frame.args[0])
+        if ex is not None and eid == ex.id:
+            sink = ex.sink
+        else:
+            beside = self.beside.sink_of(eid) if self.beside is not None else None
+            sink = beside or self.stray
+        sink.send(comm_of(frame))
 
     def _misplaced(self, j: JuliaProcess, frame: Frame) -> None:
         if frame.kind is FrameKind.MRK:

@@ -17,7 +17,8 @@ by Julia version, each branch citing the upstream source it follows), `helpers.j
 declaration), `wire.jl` (frames sent, read and handled), `capture.jl` (fd 1 and 2, drain
 markers, write buffering), `display.jl`, `comms.jl` (IJulia's CommManager: comms both ways),
 `progress.jl`, `stdin.jl`, `repl.jl` (cell semantics, REPL modes, `import IJulia`),
-`ijulia.jl` (the IJulia shim), `eval.jl` (evaluation, error reports, warm-up), `queries.jl`
+`ijulia.jl` (the IJulia shim), `eval.jl` (evaluation, error reports, warm-up), `beside.jl`
+(a subshell's requests, run beside the main cell), `queries.jl`
 (complete, inspect, is_complete), `startup_file.jl`, `distributed.jl` (workers on other hosts),
 `lifeline.jl` (local and SSH workers end with this process), `main.jl` (start-up), and
 `precompile.jl` (the signatures compiled into the package cache).
@@ -28,6 +29,7 @@ using Sockets
 using REPL
 using Base64: base64encode
 using Logging: ConsoleLogger, global_logger
+import Logging
 
 # Backtraces are cut at the first frame in one of these files (user_backtrace).
 const SRC_DIR = @__DIR__
@@ -47,6 +49,7 @@ include("stdin.jl")
 include("repl.jl")
 include("ijulia.jl")
 include("eval.jl")
+include("beside.jl")
 include("queries.jl")
 include("startup_file.jl")
 include("distributed.jl")

@@ -146,12 +146,12 @@ function flusher_loop()
     guarded("flusher") do
         while true
             cell = CURRENT[]
-            running = cell != 0
+            running = cell != 0 || !isempty(BESIDE)
             before = WRITTEN[]
             gen = IDLE_GENERATION[]
             sleep(running ? FLUSH_INTERVAL : IDLE_BEFORE_WARM_UP)
             time() > DRAIN_DEADLINE[] && notify(DRAINED)
-            if CURRENT[] == 0
+            if CURRENT[] == 0 && isempty(BESIDE)
                 if !running && WARMING[] && gen == IDLE_GENERATION[] && !isready(QUEUE)
                     put!(QUEUE, WarmUpTick(gen))   # idle for a whole interval
                 end
@@ -263,26 +263,49 @@ tagged(s::StdioContext) = SUPERVISOR_READS[] && s.io === STDERR_PIPE[]
 # Writes are counted for the buffering switch (flusher_loop): how fast Julia code prints.
 function Base.unsafe_write(s::StdioContext, p::Ptr{UInt8}, n::UInt)
     WRITTEN[] += n
+    if SHELLS_USED[]
+        c = current_ctx()
+        # (no heads where the pumps forward the output: Windows routes it by time)
+        c === nothing || isempty(c.out_head) ||
+            return write_between(s.io === STDERR_PIPE[] ? c.err_head : c.out_head, p, n)
+    end
     io = s.io
     if !tagged(s)
         return io isa Base.PipeEndpoint ? unsafe_write(io, p, n) : unsafe_write(io, p, n)
     end
-    a, b = length(TO_STDERR), length(TO_STDOUT)
-    buf = Vector{UInt8}(undef, a + n + b)   # one write: no other task's output comes between
-    copyto!(buf, 1, TO_STDERR, 1, a)
+    return write_between(TO_STDERR, p, n)
+end
+
+"""
+    write_between(head, p, n)
+
+Write `n` bytes at `p` into the stdout pipe between `head` and TO_STDOUT, in one write, so that
+no other task's output comes between: Julia's stderr (head TO_STDERR), or a beside evaluation's
+stdout or stderr (its EvalCtx's `out_head` / `err_head`: ROUTE, its id in 16 hex digits, `o` or
+`e`; supervisor/pipes.py reads them).
+"""
+function write_between(head::Vector{UInt8}, p::Ptr{UInt8}, n::UInt)
+    a, b = length(head), length(TO_STDOUT)
+    buf = Vector{UInt8}(undef, a + n + b)
+    copyto!(buf, 1, head, 1, a)
     GC.@preserve buf unsafe_copyto!(pointer(buf, a + 1), p, n)
     copyto!(buf, a + n + 1, TO_STDOUT, 1, b)
     write(PIPES["stdout"], buf)
     return Int(n)
 end
+
+"""The pipe code that routes what follows to beside evaluation `id`'s `stream` ('o' or 'e')."""
+route_head(id::Int, stream::Char) = SUPERVISOR_READS[] ?
+    vcat(ROUTE, codeunits(string(id; base = 16, pad = 16)), UInt8(stream)) : UInt8[]
+
 function Base.write(s::StdioContext, b::UInt8)
-    tagged(s) && return write(s, UInt8[b])
+    (tagged(s) || output_ctx() !== nothing) && return write(s, UInt8[b])
     WRITTEN[] += 1
     io = s.io
     return io isa Base.PipeEndpoint ? write(io, b) : write(io, b)
 end
 function Base.flush(s::StdioContext)
-    tagged(s) && flush(PIPES["stdout"])
+    (tagged(s) || SHELLS_USED[]) && flush(PIPES["stdout"])
     io = s.io
     return io isa Base.PipeEndpoint ? flush(io) : flush(io)
 end
@@ -358,6 +381,7 @@ function redirect_output!()
         append!(empty!(MARK), codeunits(prefix * "\x1f\0"))
         append!(empty!(TO_STDERR), codeunits(prefix * "e\0"))
         append!(empty!(TO_STDOUT), codeunits(prefix * "o\0"))
+        append!(empty!(ROUTE), codeunits(prefix * "r\0"))
         wr_out = Base.PipeEndpoint(RawFD(fd))
         ccall(:fcntl, Cint, (Cint, Cint, Cint), fd, 2, 1)   # F_SETFD FD_CLOEXEC: fd 1 is enough
         redirect_stdout(wr_out)

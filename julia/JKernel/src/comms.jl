@@ -112,14 +112,16 @@ function send_comm_message(msg_type::String, comm_id::String, data::AbstractDict
     head = json(Dict{String,Any}("msg_type" => msg_type, "content" => content,
                                  "metadata" => metadata, "buffers" => map(length, bufs)))
     payload = isempty(bufs) ? head : vcat(head, bufs...)
-    on_thread_one(() -> send_comm_frame(length(head), payload))
+    c = output_ctx()
+    on_thread_one(() -> send_comm_frame(length(head), payload, c))
     return nothing
 end
 
-function send_comm_frame(head_bytes::Int, payload::Vector{UInt8})
-    id = CURRENT[] == 0 ? LAST_ID[] : CURRENT[]
+function send_comm_frame(head_bytes::Int, payload::Vector{UInt8},
+                         c::Union{Nothing,EvalCtx} = nothing)
+    id = frame_id(c)
     id == 0 && return
-    server_section() do
+    server_section(c) do
         send_frame(FrameKind.CMM, string(id, " ", head_bytes), payload; mark = drain_output())
     end
 end
@@ -160,16 +162,19 @@ deliver_comm(d::CommDelivery) = run_evaluation(d.id) do
         in_cell_task(() -> run_comm_callback(d))
 end
 
-function run_comm_callback(d::CommDelivery)
+function run_comm_callback(d::CommDelivery, ctx::Union{Nothing,EvalCtx} = nothing)
     msg = Msg(Dict{String,Any}("msg_type" => d.msg_type), d.content, d.metadata, d.buffers)
     try
-        IN_USER[] = true
+        set_in_user!(ctx, true)
         Base.invokelatest(handle_comm_message, d.msg_type, msg)
-        IN_USER[] = false
+        set_in_user!(ctx, false)
     catch e
-        IN_USER[] = false
+        set_in_user!(ctx, false)
         bt = catch_backtrace()
-        is_interrupt(e) && (acknowledge_interrupt(); return INTERRUPTED)
+        if is_interrupt(e)
+            ctx === nothing ? acknowledge_interrupt() : ctx.cancelled || forward_interrupt()
+            return INTERRUPTED
+        end
         report = Base.invokelatest(error_report, e, bt)
         println(stderr, "Error in the ", d.msg_type, " callback of comm ",
                 get(d.content, "comm_id", "?"), ":\n", report.traceback)

@@ -193,3 +193,49 @@ function documentation_found(md)
     plain = sprint(show, MIME("text/plain"), md; context = :color => false)
     return !startswith(lstrip(plain), "No documentation found")
 end
+
+# ---- the evaluation a task belongs to (subshells: beside.jl) ----
+#
+# A beside evaluation's output, displays and comm messages are told apart from the main cell's
+# by task, not by time: every task it runs in, and every task those start (`@async`,
+# `Threads.@spawn`, `Task()`), must find its EvalCtx. task_local_storage is not inherited (on
+# 1.5.3 an `@async` child sees `nothing`); what is:
+# - Julia 1.11 and newer: a ScopedValue. A new task takes its parent's scope (src/task.c,
+#   `jl_new_task`: `t->scope = ct->scope`, release-1.12 and master; base/scopedvalues.jl).
+# - Julia 1.5 to 1.10: the task's logger, `Task.logstate`, which `jl_new_task` copies from the
+#   parent (`t->logstate = ct->logstate`, src/task.c in 1.5.3 and release-1.10). The context
+#   rides in a logger that hands every call on to the global logger; user code in a subshell
+#   sees it as `current_logger()`, and its own `with_logger` block drops the route for the
+#   block (its output then goes to the main cell).
+# - Neither: task_local_storage, so a beside evaluation's child tasks print into the main cell.
+
+@static if isdefined(Base, :ScopedValues)
+    const EVAL_CTX = Base.ScopedValues.ScopedValue{Any}(nothing)
+    """The beside evaluation the running task belongs to, or `nothing` (the main one's)."""
+    current_ctx() = EVAL_CTX[]::Union{Nothing,EvalCtx}
+    """Run `f` as part of beside evaluation `c`, and so every task `f` starts."""
+    with_ctx(f, c::EvalCtx) = Base.ScopedValues.with(f, EVAL_CTX => c)
+elseif hasfield(Task, :logstate)
+    """The global logger, carrying the beside evaluation a task belongs to (see above)."""
+    struct RouteLogger <: Logging.AbstractLogger
+        ctx::EvalCtx
+    end
+    Logging.min_enabled_level(::RouteLogger) = Logging.min_enabled_level(global_logger())
+    Logging.shouldlog(::RouteLogger, args...) = Logging.shouldlog(global_logger(), args...)
+    Logging.handle_message(::RouteLogger, args...; kwargs...) =
+        Logging.handle_message(global_logger(), args...; kwargs...)
+    Logging.catch_exceptions(::RouteLogger) = Logging.catch_exceptions(global_logger())
+    function current_ctx()
+        state = current_task().logstate
+        state === nothing && return nothing
+        logger = state.logger
+        return logger isa RouteLogger ? logger.ctx : nothing
+    end
+    with_ctx(f, c::EvalCtx) = Logging.with_logger(f, RouteLogger(c))
+else
+    current_ctx() = get(task_local_storage(), :jkernel_eval_ctx, nothing)::Union{Nothing,EvalCtx}
+    with_ctx(f, c::EvalCtx) = task_local_storage(f, :jkernel_eval_ctx, c)
+end
+
+"""The beside evaluation whose output this is, or `nothing`; one load until a subshell ran."""
+output_ctx() = SHELLS_USED[] ? current_ctx() : nothing

@@ -163,9 +163,12 @@ render(m::MIME, x) = string(m) in BINARY_MIMES ?
 plain_text(x) = render(MIME("text/plain"), x)
 
 """Send a display message of the running (or last) evaluation, after the output before it."""
-send_display(msg::Dict{String,Any}) = on_thread_one(() -> send_display_here(msg))
-function send_display_here(msg::Dict{String,Any})
-    id = CURRENT[] == 0 ? LAST_ID[] : CURRENT[]
+function send_display(msg::Dict{String,Any})
+    c = output_ctx()   # in the caller's task: on thread one it would be the server's
+    on_thread_one(() -> send_display_here(msg, c))
+end
+function send_display_here(msg::Dict{String,Any}, c::Union{Nothing,EvalCtx} = nothing)
+    id = frame_id(c)
     id == 0 && return
     payload = json(msg)
     if length(payload) > RICH_CAP
@@ -174,22 +177,30 @@ function send_display_here(msg::Dict{String,Any})
             RESULT_CAP) * "\n[rich output of $(length(payload)) bytes dropped: over $RICH_CAP]")
         payload = json(msg)
     end
-    server_section() do
+    server_section(c) do
         send_frame(FrameKind.DSP, string(id), payload; mark = drain_output())
     end
 end
 
-"""Run `f` with interrupts held back; an interrupt that arrived meanwhile is thrown after."""
-function server_section(f)
-    was = IN_USER[]
-    IN_USER[] = false
+"""The evaluation a frame of `c`'s is about: the beside one, else the running (or last) cell."""
+frame_id(c::Union{Nothing,EvalCtx}) =
+    c === nothing ? (CURRENT[] == 0 ? LAST_ID[] : CURRENT[]) : c.id
+
+"""
+    server_section(f, ctx=nothing)
+
+Run `f` with interrupts held back; an interrupt that arrived meanwhile is thrown after. `ctx`
+is the beside evaluation whose task this is (its own interrupt state), or `nothing`.
+"""
+function server_section(f, c::Union{Nothing,EvalCtx} = nothing)
+    was = in_user(c)
+    set_in_user!(c, false)
     try
         disable_sigint(f)
     finally
-        IN_USER[] = was
+        set_in_user!(c, was)
     end
-    if was && PENDING_INTERRUPT[]
-        PENDING_INTERRUPT[] = false
+    if was && take_pending_interrupt!(c)
         throw(InterruptException())
     end
 end
@@ -235,11 +246,14 @@ update_display(x; display_id, mime = nothing) =
 
 Clear the output of the running cell; with `wait=true`, only when new output arrives.
 """
-clear_output(wait::Bool = false) = on_thread_one(() -> clear_output_here(wait))
-function clear_output_here(wait::Bool)
-    id = CURRENT[] == 0 ? LAST_ID[] : CURRENT[]
+function clear_output(wait::Bool = false)
+    c = output_ctx()
+    on_thread_one(() -> clear_output_here(wait, c))
+end
+function clear_output_here(wait::Bool, c::Union{Nothing,EvalCtx} = nothing)
+    id = frame_id(c)
     id == 0 && return
-    server_section() do
+    server_section(c) do
         send_frame(FrameKind.CLR, string(id, wait ? " 1" : " 0"); mark = drain_output())
     end
     nothing

@@ -88,26 +88,30 @@ function error_report(e, bt)
 end
 
 """
-    run_cell(mod, code, filename, cell=0) -> CellOutcome
+    run_cell(mod, code, filename, cell=0, ctx=nothing) -> CellOutcome
 
 Evaluate `code` in `mod` the way the REPL does and render the outcome: status "ok" with the
 value's text/plain (and its MIME bundle when richer), or "err" / "int" with an error report.
 With a cell number (a notebook cell, `In[cell]`), the hooks run and `ans`, `Out[cell]` and
 `err` are set as in IJulia and the REPL. Sends nothing but an interrupt's ACK, so `warm_up`
-can run it too.
+can run it too. With a `ctx`, a beside evaluation's (beside.jl): its own interrupt state, no
+startup file, no ^C episode, and nothing done to Distributed workers (the main cell's).
 """
-function run_cell(mod::Module, code::String, filename::String, cell::Int = 0)
+function run_cell(mod::Module, code::String, filename::String, cell::Int = 0,
+                  ctx::Union{Nothing,EvalCtx} = nothing)
     status = "ok"
     text = ""
     rich = nothing
     report = nothing
+    main = ctx === nothing && CURRENT[] != 0   # the main cell (not warm-up, not beside)
     try
-        IN_USER[] = true
-        STARTUP_PENDING[] && CURRENT[] != 0 && run_startup_files()   # not in warm-up cells
+        set_in_user!(ctx, true)
+        STARTUP_PENDING[] && main && run_startup_files()   # not in warm-up cells
         # A late SIGINT can tear a background task's send to a worker too (drop_torn_sends).
-        cell > 0 && CURRENT[] != 0 && Base.invokelatest(drop_torn_sends)
+        cell > 0 && main && Base.invokelatest(drop_torn_sends)
         cell > 0 && run_hooks(PREEXECUTE_HOOKS)
-        value = in_cell_scope(() -> eval_cell(mod, code, filename))
+        value = ctx === nothing ? in_cell_scope(() -> eval_cell(mod, code, filename)) :
+            eval_cell(mod, code, filename)
         shown = value !== nothing && !ends_with_semicolon(code)
         if cell > 0
             set_main_global!(:ans, value)
@@ -120,37 +124,40 @@ function run_cell(mod::Module, code::String, filename::String, cell::Int = 0)
             text = data["text/plain"]
             length(data) > 1 && (rich = data)
         end
-        IN_USER[] = false
+        set_in_user!(ctx, false)
     catch e
-        IN_USER[] = false
+        set_in_user!(ctx, false)
         bt = catch_backtrace()
         status = is_interrupt(e) ? "int" : "err"
         # Before rendering the error, which can take a second while that code is still cold.
-        status == "int" && acknowledge_interrupt()
+        status == "int" && ctx === nothing && acknowledge_interrupt()
+        # A SIGINT meant for the main cell that landed in a beside evaluation's task (it
+        # runs where the main cell yields): the main cell gets it too.
+        status == "int" && ctx !== nothing && !ctx.cancelled && forward_interrupt()
         # First the sends the interrupt tore, before anything else writes to a worker.
-        status == "int" && CURRENT[] != 0 && Base.invokelatest(drop_torn_sends)
-        status == "int" && CURRENT[] != 0 && Base.invokelatest(interrupt_remote_workers)
+        status == "int" && main && Base.invokelatest(drop_torn_sends)
+        status == "int" && main && Base.invokelatest(interrupt_remote_workers)
         if cell > 0
             quietly(() -> set_err!(e))
             # Hooks are user code: an interrupt that lands in another task (SIGINT goes to
             # whichever task last waited) is forwarded to them only while IN_USER is set;
             # otherwise it would stay pending behind a hook that waits.
-            IN_USER[] = true
+            set_in_user!(ctx, true)
             try
                 for hook in copy(POSTERROR_HOOKS)
                     quietly(() -> Base.invokelatest(hook))
                 end
             finally
-                IN_USER[] = false
+                set_in_user!(ctx, false)
             end
         end
         report = try
-            IN_USER[] = true   # showing an error runs user code (showerror methods) too
+            set_in_user!(ctx, true)   # showing an error runs user code (showerror methods) too
             r = Base.invokelatest(error_report, status == "int" ? the_interrupt(e) : e, bt)
-            IN_USER[] = false
+            set_in_user!(ctx, false)
             r
         catch e2
-            IN_USER[] = false
+            set_in_user!(ctx, false)
             is_interrupt(e2) ? ErrorReport("InterruptException", "", "InterruptException:") :
                 ErrorReport("Error", "", "error while showing an error")
         end
@@ -220,25 +227,36 @@ function finish_evaluation(id::Int, outcome::CellOutcome)
     disable_sigint() do
         mark = drain_output()   # the first frame below carries it: the output comes before
         set_buffering!(false)
-        text, report, rich = outcome.text, outcome.report, outcome.rich
-        if report !== nothing
-            send_frame(FrameKind.ERR, string(id),
-                       json(Dict("ename" => report.ename, "evalue" => capped(report.evalue),
-                                 "traceback" => split(capped(report.traceback), '\n')));
-                       mark = mark)
-            mark = 0
-            text = report.traceback
-        elseif rich !== nothing
-            payload = json(Dict("data" => rich, "metadata" => Dict{String,Any}()))
-            if length(payload) <= RICH_CAP
-                send_frame(FrameKind.VAL, string(id), payload; mark = mark)
-                mark = 0
-            end
-        end
+        text, mark = send_error_or_value(id, outcome, mark)
         CURRENT[] = 0
         PENDING_INTERRUPT[] = false
         send_frame(FrameKind.RES, string(id, " ", outcome.status), capped(text); mark = mark)
     end
+end
+
+"""
+    send_error_or_value(id, outcome, mark) -> (text, mark)
+
+Send what comes before evaluation `id`'s RES: ERR for an error or interrupt, VAL for a value
+richer than text (when the bundle fits), the first with `mark`. Return the RES text and the
+mark still to send (0 once a frame carried it).
+"""
+function send_error_or_value(id::Int, outcome::CellOutcome, mark::Int)
+    text, report, rich = outcome.text, outcome.report, outcome.rich
+    if report !== nothing
+        send_frame(FrameKind.ERR, string(id),
+                   json(Dict("ename" => report.ename, "evalue" => capped(report.evalue),
+                             "traceback" => split(capped(report.traceback), '\n')));
+                   mark = mark)
+        return report.traceback, 0
+    elseif rich !== nothing
+        payload = json(Dict("data" => rich, "metadata" => Dict{String,Any}()))
+        if length(payload) <= RICH_CAP
+            send_frame(FrameKind.VAL, string(id), payload; mark = mark)
+            return text, 0
+        end
+    end
+    return text, mark
 end
 
 const IDLE_BEFORE_WARM_UP = 0.2   # seconds without requests before a warm-up step runs
@@ -275,6 +293,9 @@ function warm_up_steps()
         () -> (send_mark(drain_output()); set_buffering!(true); set_buffering!(false);
                precompile(print, (StdioContext, String, Char))),
         cell("1 + 1"),
+        # a subshell's cell: its context, as every task it starts finds it (beside.jl)
+        () -> (c = EvalCtx(0, current_task(), false, false, false, UInt8[], UInt8[]);
+               with_ctx(() -> capped(run_cell(scratch, "1 + 1", "warm-up", 0, c).text), c)),
         cell("error(\"e\")"),
         cell("throw(InterruptException())"),
         cell("[1, 2]"),

@@ -55,6 +55,12 @@
 #   SYN <id> 0                     answered with ACK <id> once every earlier frame was handled
 #   COM <id> <head_bytes> <n>      a frontend's comm message, run as evaluation <id> (its callback),
 #                                  queued in order with EXE and EXN; payload as CMM's
+#   EXS <id> <name> <n>            a subshell's code, run at once beside everything else as
+#                                  evaluation <id> (beside.jl); <name> as EXN's, - for none. Its
+#                                  output is routed by task in the stdout pipe (capture.jl,
+#                                  supervisor/pipes.py); INT <id> cancels it
+#   COS <id> <head_bytes> <n>      a frontend's comm message that came on a subshell: as COM, but
+#                                  run at once beside everything else, as EXS is
 #
 # Arguments: id: 1 to 10^18-1 in decimal, no leading zero: names an evaluation, a request or a
 # marker; count: 0 to 10^18-1 in decimal, no leading zero: a length or a position; token: printable
@@ -90,6 +96,8 @@ const NIN = "NIN"
 const QRY = "QRY"
 const SYN = "SYN"
 const COM = "COM"
+const EXS = "EXS"
+const COS = "COS"
 end
 
 """
@@ -119,4 +127,6 @@ const INCOMING = Dict{String,Vector{FrameArg}}(
     ],
     FrameKind.SYN => [FrameArg("id", :id, String[])],
     FrameKind.COM => [FrameArg("id", :id, String[]), FrameArg("head_bytes", :count, String[])],
+    FrameKind.EXS => [FrameArg("id", :id, String[]), FrameArg("name", :token, String[])],
+    FrameKind.COS => [FrameArg("id", :id, String[]), FrameArg("head_bytes", :count, String[])],
 )

@@ -228,9 +228,12 @@ err = nothing
 export In, Out, IJulia   # and `err` on Julia without Base.MainInclude.err: see set_up_main!
 end
 
-send_payload(item::Dict{String,Any}) = on_thread_one(() -> send_payload_here(item))
-function send_payload_here(item::Dict{String,Any})
-    id = CURRENT[]
+function send_payload(item::Dict{String,Any})
+    c = output_ctx()
+    on_thread_one(() -> send_payload_here(item, c))
+end
+function send_payload_here(item::Dict{String,Any}, c::Union{Nothing,EvalCtx} = nothing)
+    id = c === nothing ? CURRENT[] : c.id
     id == 0 && error("this works only while a cell runs")
     send_frame(FrameKind.PAY, string(id), json(item))
     nothing

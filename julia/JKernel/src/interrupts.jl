@@ -37,6 +37,9 @@ An INT frame: interrupt request `request` for evaluation `id`. Answered with an 
 reached, or will reach, that evaluation.
 """
 function interrupt_frame(id::Int, request::Int)
+    c = get(BESIDE, id, nothing)
+    c === nothing || return interrupt_beside(c)
+    id in BESIDE_ENDED && return nothing   # answered already: no main evaluation's id
     if id == CURRENT[]
         # The SIGINT that claimed the request delivers it; either way it reached the cell.
         claim_interrupt(request) && forward_interrupt()

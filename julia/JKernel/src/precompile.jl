@@ -103,6 +103,19 @@ function precompile_workload()
     precompile(the_interrupt, (InterruptException,))
     precompile(user_backtrace, (BT, Bool))
 
+    # a subshell's request (beside.jl)
+    precompile(queue_beside, (Int, Evaluation))
+    precompile(queue_beside, (Int, CommDelivery))
+    precompile(beside_worker, ())
+    precompile(beside_result, (EvalCtx, Evaluation))
+    precompile(beside_result, (EvalCtx, CommDelivery))
+    precompile(finish_beside, (EvalCtx, CellOutcome))
+    precompile(run_cell, (Module, String, String, Int, EvalCtx))
+    precompile(interrupt_beside, (EvalCtx,))
+    precompile(write_between, (Vector{UInt8}, Ptr{UInt8}, UInt))
+    precompile(route_head, (Int, Char))
+    precompile(current_ctx, ())
+
     # display
     precompile(display, (Any,))
     precompile(display, (Vector{Int},))
@@ -133,6 +146,8 @@ function precompile_workload()
         outcome.rich === nothing || json(Dict("data" => outcome.rich))
         capped(outcome.text)
     end
+    beside = EvalCtx(1, current_task(), false, false, false, UInt8[], UInt8[])
+    with_ctx(() -> capped(run_cell(@__MODULE__, "1 + 1", "precompile", 0, beside).text), beside)
     for (op, code, cursor) in (("is_complete", "function f(x)", 0), ("is_complete", "1 + 1", 0),
                                ("complete", "prin", 4), ("inspect", "sum", 3))
         json(answer_query(op, code, cursor))

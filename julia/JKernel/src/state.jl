@@ -109,6 +109,35 @@ const THREAD_ONE_WORK = Channel{Tuple{Any,Channel{Any}}}(Inf)  # on_thread_one: 
 const IDLE_GENERATION = Ref(0)         # evaluations taken so far: dates a WarmUpTick
 const WARMING = Ref(true)              # warm-up steps remain
 
+# ---- evaluations beside the main one: a subshell's cells and comm messages (beside.jl) ----
+
+"""
+    EvalCtx
+
+One evaluation beside the main one (an EXS or COS request), which every task it starts
+inherits (compat.jl, `current_ctx`): their output is routed to it in the stdout pipe, their
+frames carry its id, and an INT frame reaches its task. It holds for that evaluation what
+CURRENT, IN_USER, PENDING_INTERRUPT hold for the main one.
+"""
+mutable struct EvalCtx
+    id::Int
+    task::Task                   # the worker task running it (the listener's until one takes it)
+    in_user::Bool                # the task is inside user code (IN_USER's counterpart)
+    pending_interrupt::Bool      # an interrupt arrived while the server held the task
+    cancelled::Bool              # an INT frame asked it to stop (its subshell was deleted)
+    out_head::Vector{UInt8}      # the pipe code before its stdout bytes (capture.jl, ROUTE)
+    err_head::Vector{UInt8}      # ... and before its stderr bytes
+end
+
+# EXS and COS requests with their contexts, for the beside workers (long-lived: see beside.jl)
+const BESIDE_QUEUE = Channel{Tuple{EvalCtx,Union{Evaluation,CommDelivery}}}(Inf)
+const BESIDE = Dict{Int,EvalCtx}()     # beside evaluations received and not yet answered, by id
+const BESIDE_ENDED = Set{Int}()        # recently answered ones: a late INT for them is no main's
+const BESIDE_WORKERS = Ref(0)          # worker tasks started (never more than ran at once)
+const BESIDE_IDLE = Ref(0)             # workers waiting for a request
+const BESIDE_WAITING = Ref(0)          # requests queued that no worker took yet
+const SHELLS_USED = Ref(false)         # a beside evaluation ran: writes ask whose task they are
+
 """
 What `Base.active_repl_backend` holds while the server runs: the interrupt sink (see
 install_interrupt_sink!), with the fields Base and the REPL read.
@@ -129,6 +158,7 @@ const STDERR_PIPE = Ref{Any}(nothing)  # PIPES["stderr"], read on every write (c
 const MARK = UInt8[]
 const TO_STDERR = UInt8[]             # Julia's stderr in the stdout pipe (StdioContext)
 const TO_STDOUT = UInt8[]             # and back to stdout after it
+const ROUTE = UInt8[]                 # a beside evaluation's output follows (EvalCtx heads)
 const MARKS_SEEN = Dict("stdout" => 0, "stderr" => 0)   # markers each pump has passed
 const MARKS_SENT = Ref(0)              # markers written into the pipes so far
 const DRAINED = Condition()            # a pump passed a marker, or a drain's time is up

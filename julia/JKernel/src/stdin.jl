@@ -20,8 +20,11 @@ Ask the frontend for one line, showing `prompt` (hiding what is typed when `pass
 no line can be had (no cell runs, or the frontend takes no input: Jupyter's `allow_stdin` is
 false under nbconvert and papermill) the error names `asker`, the call that wanted the line.
 """
-ask_line(asker::String, prompt::AbstractString, password::Bool) =
+function ask_line(asker::String, prompt::AbstractString, password::Bool)
+    output_ctx() === nothing ||
+        error(asker, " needs a line from the frontend, but stdin is not available in a subshell")
     on_thread_one(() -> input_here(asker, prompt, password))
+end
 function input_here(asker::String, prompt::AbstractString, password::Bool)
     id = CURRENT[]
     id == 0 && error(asker, " needs a line from the frontend, but stdin can only be read ",

@@ -157,5 +157,13 @@ function handle_frame(kind::String, id::Int, args, payload::Vector{UInt8})
         head_bytes = parse(Int, args[1])
         head_bytes > length(payload) && protocol_failure("bad JSON length in COM $id")
         put!(QUEUE, comm_delivery(id, payload, head_bytes))
+    elseif kind == FrameKind.EXS
+        name = String(args[1])
+        queue_beside(id, Evaluation(id, String(payload), name == "-" ? "In[$id]" : name,
+                                    name != "-"))
+    elseif kind == FrameKind.COS
+        head_bytes = parse(Int, args[1])
+        head_bytes > length(payload) && protocol_failure("bad JSON length in COS $id")
+        queue_beside(id, comm_delivery(id, payload, head_bytes))
     end
 end
