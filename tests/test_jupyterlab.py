@@ -224,6 +224,7 @@ def lab(tmp_path: Path) -> Iterator[LabServer]:
         f"--ServerApp.root_dir={root}",
         "--ServerApp.allow_root=True",  # containers run tests as root; the server refuses root
         "--LabApp.extension_manager=readonly",  # no PyPI look-ups from the extension manager
+        "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: a console's subshell id
     ]
     with log.open("wb") as log_file:
         process = subprocess.Popen(
@@ -602,3 +603,78 @@ def _expect_svg_picture(cell: Locator, element: str) -> None:
         assert f"<{tag} id='{element_id}'" in source, source
     else:
         expect(image.locator(element)).to_have_count(1, timeout=_UI_MS)
+
+
+# The subshell id of the console JupyterLab shows (null until it has one).
+_CONSOLE_SUBSHELL = """() => {
+  const app = window.jupyterapp;
+  if (!app) { return null; }
+  for (const w of app.shell.widgets('main')) {
+    const kernel = w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+    if (w.hasClass('jp-ConsolePanel') && kernel && kernel.subshellId) { return kernel.subshellId; }
+  }
+  return null;
+}"""
+
+
+@pytest.mark.timeout(240)
+def test_a_subshell_console_and_a_slider_reach_a_running_loop(lab: LabServer, page: Page) -> None:
+    """Kernel subshells in JupyterLab (docs/subshells.md): while a notebook's loop updates a
+    global, the notebook's subshell console shows the global's current value, growing; and a
+    slider moved during the loop (its comm messages go over a subshell of their own) changes
+    what the loop reads, which then ends."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    for stale in ARTIFACTS.glob("subshells-*.png"):
+        stale.unlink()
+
+    # 1. The slider of examples/widget_slider.jl, drawn by ipywidgets' frontend.
+    nb = open_julia_notebook(page, lab)
+    widget = nb.run(f'include(raw"{SLIDER_EXAMPLE}"); slider')
+    handle = widget.locator(".widget-slider .noUi-handle")
+    readout = widget.locator(".widget-readout")
+    expect(handle).to_be_visible(timeout=_CELL_MS)
+    expect(readout).to_have_text("5", timeout=_UI_MS)
+
+    # 2. A loop that counts in a global and reads the slider, until the slider is at 8.
+    loop = nb.run(
+        "global x = 0; while slider_value[] != 8; global x += 1; sleep(0.05); end; "
+        '"ended at $(slider_value[])"',
+        wait=False,
+    )
+    expect(prompt(loop)).to_have_text("[*]:", timeout=_UI_MS)
+
+    # 3. The notebook's subshell console (its context menu; shown only for a kernel that lists
+    # "kernel subshells"): `x` answers while the loop runs, a larger number each time.
+    nb.panel.locator(".jp-Notebook").click(button="right", timeout=_UI_MS)
+    item = page.locator('.lm-Menu-item[data-command="notebook:create-subshell-console"]')
+    expect(item).to_be_visible(timeout=_UI_MS)
+    item.click(timeout=_UI_MS)
+    console = page.locator(".jp-CodeConsole")
+    editor = console.locator(".jp-CodeConsole-promptCell .jp-InputArea-editor .cm-content")
+    expect(editor).to_be_visible(timeout=_KERNEL_START_MS)
+    # The console asks the kernel for its info, then for a subshell; until it has one, what is
+    # typed would go to the main shell, behind the loop.
+    page.wait_for_function(_CONSOLE_SUBSHELL, timeout=_CELL_MS)
+    seen: list[int] = []
+    for n in range(1, 4):
+        editor.click(timeout=_UI_MS)
+        page.keyboard.type("x")
+        page.keyboard.press("Shift+Enter")
+        answers = console.locator(
+            ".jp-CodeConsole-content .jp-OutputArea-executeResult .jp-OutputArea-output"
+        )
+        expect(answers).to_have_count(n, timeout=_CELL_MS)
+        seen.append(int(answers.nth(n - 1).inner_text(timeout=_UI_MS).strip()))
+        time.sleep(0.3)
+    assert seen == sorted(seen) and seen[0] < seen[-1], f"x seen from the console: {seen}"
+    expect(prompt(loop)).to_have_text("[*]:", timeout=_UI_MS)  # the loop still runs
+    nb.screenshot("subshells-01-console-during-loop")
+
+    # 4. The slider moved to 8 during the loop: the loop reads it and ends.
+    handle.focus(timeout=_UI_MS)
+    for _ in range(3):
+        page.keyboard.press("ArrowRight")
+    expect(readout).to_have_text("8", timeout=_UI_MS)
+    nb.wait_done(loop)
+    expect(result(loop)).to_have_text('"ended at 8"', timeout=_UI_MS)
+    nb.screenshot("subshells-02-slider-ended-the-loop", loop)

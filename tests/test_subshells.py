@@ -197,6 +197,24 @@ def test_an_unknown_subshell_gets_an_error_that_names_it(client: Client) -> None
     assert gone["traceback"] == []
 
 
+def test_kernel_info_is_answered_while_the_main_cell_runs(client: Client) -> None:
+    """A new connection asks kernel_info before it can make a subshell (JupyterLab's subshell
+    console waits for it): answered beside a running main cell, with its own busy and idle."""
+    main = client.execute("sleep(30)")
+    try:
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        info = client.send("kernel_info_request", {})
+        reply = client.reply(info, 5.0)
+        assert time.monotonic() - t0 < 2.0
+        assert "kernel subshells" in reply["content"]["supported_features"]
+        states = [m["content"]["execution_state"] for m in client.outputs(info)]
+        assert states == ["busy", "idle"]
+    finally:
+        client.interrupt()
+    assert client.reply(main, INTERRUPT_TIMEOUT)["content"]["ename"] == "InterruptException"
+
+
 # ---- the acceptance case ----
 
 

@@ -325,6 +325,12 @@ class JuliaKernel(Kernel):
         """
         requested = self._subshell_id_of(msg)
         if requested is None:
+            if self._main_asyncio_lock.locked() and self._is_kernel_info(msg):
+                # A new connection asks this before it can make a subshell (JupyterLab's
+                # subshell console waits for it): answered beside the running cell, as on the
+                # control channel, and with its own busy and idle.
+                self._main_loop.spawn(lambda: self.dispatch_shell(msg, None))
+                return
             await super().shell_main(subshell_id, msg)
             return
         subshell = self._subshells.get(requested)
@@ -717,12 +723,19 @@ class JuliaKernel(Kernel):
         )
 
     def _is_comm(self, msg: list[Any]) -> bool:
+        return self._msg_type_of(msg) in _COMM_MESSAGES
+
+    def _is_kernel_info(self, msg: list[Any]) -> bool:
+        return self._msg_type_of(msg) == "kernel_info_request"
+
+    def _msg_type_of(self, msg: list[Any]) -> str | None:
         try:
             _, parts = self._sess.feed_identities(msg, copy=False)
             header = self._sess.deserialize(parts, content=False, copy=False)["header"]
-        except Exception:
-            return False
-        return header.get("msg_type") in _COMM_MESSAGES
+        except Exception:  # dispatch_shell reports an invalid message
+            return None
+        msg_type = header.get("msg_type")
+        return msg_type if isinstance(msg_type, str) else None
 
     def _reply_unknown_subshell(self, msg: list[Any], subshell_id: str) -> None:
         """ipykernel's reply for a subshell that is not there (busy, an UnknownSubshellError
