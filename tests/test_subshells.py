@@ -288,6 +288,7 @@ def test_deleting_a_subshell_ends_its_running_request(client: Client) -> None:
     running = client.execute("sleep(60)", sub)
     time.sleep(0.3)
     queued = client.execute("1", sub)
+    time.sleep(0.5)  # read by the kernel, waiting behind the running request: then deleted
     t0 = time.monotonic()
     assert client.delete(sub) == {"status": "ok"}
     assert time.monotonic() - t0 < 1.0
