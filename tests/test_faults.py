@@ -60,6 +60,16 @@ def assert_cells_fail_to_start(km: KernelManager, kc: BlockingKernelClient, *phr
     assert km.is_alive()
 
 
+# Twelve calls deep, each frame in a file whose path is 250 characters long; the innermost
+# passes C a null pointer (a load from address 0 in compiled Julia is undefined behaviour
+# that LLVM compiles to a trap, SIGILL, not what this case is about).
+_LONG_BACKTRACE_SEGFAULT = (
+    'include_string(Main, join(["f0() = ccall(:strlen, Csize_t, (Ptr{UInt8},), C_NULL)"; '
+    '["f$i() = f$(i - 1)() + 1" for i in 1:12]], "\\n"), '
+    '"/" * "a-long-checkout-path/"^12 * "cell.jl"); f12()'
+)
+
+
 @pytest.mark.parametrize(
     ("fault", "code", "expected"),
     [
@@ -67,6 +77,10 @@ def assert_cells_fail_to_start(km: KernelManager, kc: BlockingKernelClient, *phr
         # Julia's own report: "signal (11): Segmentation fault" on 1.5, "signal (11.1): ..."
         # (the si_code too) on 1.10, "signal 11 (1): ..." on 1.12
         ("segfault", "unsafe_load(Ptr{Int}(0))", "): Segmentation fault"),
+        # a backtrace longer than any fixed tail of stderr (a long checkout path in every
+        # frame did that in CI): the quote still starts at the report's first line and keeps
+        # the innermost frame
+        ("segfault, long backtrace", _LONG_BACKTRACE_SEGFAULT, "): Segmentation fault"),
         ("abort in C", "ccall(:abort, Cvoid, ())", "SIGABRT"),
         ("exit", "exit(7)", "exited with status 7"),
         ("socket closed by Julia", "close(JKernel.SOCK[]); sleep(1000)", "closed its connection"),
@@ -93,6 +107,9 @@ def test_julia_fault_fails_the_cell_and_the_kernel_recovers(
     assert reply["content"]["status"] == "error"
     assert reply["content"]["ename"] == "JuliaDied"
     assert expected in reply["content"]["evalue"]
+    innermost = {"segfault": "unsafe_load", "segfault, long backtrace": "f0 at"}.get(fault)
+    if innermost:
+        assert innermost in reply["content"]["evalue"]
     assert "Julia's log:" in reply["content"]["evalue"]
     assert [m for m in outputs if m["msg_type"] == "error"]
     assert km.is_alive()

@@ -10,6 +10,7 @@ to the log, and quoted, so that nothing it wrote while dying is lost.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -20,6 +21,19 @@ from jutul_jkernel.supervisor.results import ExecutionResult, InterruptStep
 # How much of Julia's stderr, or of its log, a death report quotes.
 _STDERR_TAIL_BYTES = 2048
 _LOG_TAIL_BYTES = 2048
+# How much of its stderr is searched for the first line of a crash report, and how many of the
+# report's lines are quoted from there.
+_STDERR_SEARCH_BYTES = 64 * 1024
+_REPORT_LINES = 24
+
+# The first line of the report Julia writes when a signal kills it (jl_critical_error in
+# src/signal-handling.c, or the handler in src/signals-unix.c): "signal (11): Segmentation
+# fault" on 1.5, "[pid] signal (11.1): ..." on 1.10 (with the si_code), "[pid] signal 11 (1):
+# ..." on 1.12.
+# Its backtrace follows, innermost frame first, so the frames worth quoting are right below
+# it; the end of stderr holds the outermost ones (the task's start), and a long checkout path
+# in every frame can push the first line out of a fixed-size tail.
+_CRASH_REPORT_START = re.compile(r"^(?:\[\d+\] )?signal \(?\d+", re.MULTILINE)
 
 
 def keep_leftovers(pipes: OutputPipes | None, log_path: Path, *, quote_log: bool) -> str:
@@ -36,7 +50,7 @@ def keep_leftovers(pipes: OutputPipes | None, log_path: Path, *, quote_log: bool
     with contextlib.suppress(OSError), open(log_path, "ab") as f:
         for data in (left.get("stdout", b""), text):
             f.write(data)
-    tail = text[-_STDERR_TAIL_BYTES:].decode("utf-8", "replace").strip()
+    tail = stderr_quote(text[-_STDERR_SEARCH_BYTES:].decode("utf-8", "replace"))
     if not tail and quote_log:
         tail = read_tail(log_path, _LOG_TAIL_BYTES)
     return tail
@@ -54,8 +68,8 @@ def death_error(
     how = describe_exit(returncode)
     tail = leftovers
     if not tail:
-        tail = b"".join(stderr_read)[-_STDERR_TAIL_BYTES:].decode("utf-8", "replace")
-    tail = tail.strip()
+        read = b"".join(stderr_read)[-_STDERR_SEARCH_BYTES:]
+        tail = stderr_quote(read.decode("utf-8", "replace"))
     message = f"Julia {how}"
     if returncode == 0 or reason != "closed its connection":
         message += f"; it {reason}"
@@ -64,6 +78,20 @@ def death_error(
         message += f"\nThe end of its stderr:\n{tail}"
     message += f"\nJulia's log: {log_path}"
     return JuliaDiedError(message, exit_description=how, stderr_tail=tail, log_path=log_path)
+
+
+def stderr_quote(text: str) -> str:
+    """What a death report quotes of Julia's last stderr ``text``: its crash report from the
+    first line on (the signal and the innermost frames), at most ``_REPORT_LINES`` lines of it
+    and a count of the rest, kept in the log; without a crash report, the end of ``text``."""
+    starts = list(_CRASH_REPORT_START.finditer(text))
+    if not starts:
+        return text[-_STDERR_TAIL_BYTES:].strip()
+    lines = text[starts[-1].start() :].strip().splitlines()
+    if len(lines) <= _REPORT_LINES:
+        return "\n".join(lines)
+    left = len(lines) - _REPORT_LINES + 1
+    return "\n".join([*lines[: _REPORT_LINES - 1], f"[{left} more lines in Julia's log]"])
 
 
 def restarted_result() -> ExecutionResult:
