@@ -16,7 +16,7 @@ from jutul_jkernel.protocol.wire import FrameKind, encode
 from jutul_jkernel.supervisor.errors import JuliaDiedError
 from jutul_jkernel.supervisor.interrupt_claims import Claims
 from jutul_jkernel.supervisor.interrupt_state import Interrupt
-from jutul_jkernel.supervisor.julia_process import JuliaProcess
+from jutul_jkernel.supervisor.julia_process import JuliaProcess, ThreadActivity
 from jutul_jkernel.supervisor.results import InterruptStep
 from jutul_jkernel.supervisor.spawn import REAP_WAIT
 
@@ -38,6 +38,17 @@ log = logging.getLogger(__name__)
 # directory, so that one request is delivered once: supervisor/interrupt_claims.py says how.
 _INT_ACK_WAIT = 0.02
 _INT_ACK_MAX = 3.0
+# Where /proc shows Julia's main thread (Linux), a thread asleep in the kernel outside the event
+# loop (a blocking ccall: nanosleep, a read) in two samples _ACTIVITY_SAMPLE apart, with no CPU
+# time between, cannot read the frame: the SIGINT goes then, about as soon as IJulia's (which
+# signals at once, whatever Julia does), instead of after the silence. The danger the silence
+# guards against, a SIGINT landing in a libuv callback, needs the thread in the event loop:
+# asleep in epoll_wait (or a futex, where another thread may run the loop), which gets no early
+# SIGINT, or running callbacks. A running thread gets none either, however long it ran: a cell
+# that compiles for a few milliseconds between yields looks the same as one that never yields,
+# and a SIGINT sent 1 ms into such a burst (a cold `] add`) was deferred by the compiler and
+# then taken by nothing, so the interrupt had to be forced; the silence lets the frame win.
+_ACTIVITY_SAMPLE = 0.001
 # The listener's ACK says only that the INT frame was handed to the cell. Code that catches the
 # interrupt can go on, or hang: Pkg's precompile (JuliaLang/julia release-1.12
 # base/precompilation.jl, and Pkg release-1.10 src/precompilation.jl) catches it in
@@ -214,16 +225,47 @@ class InterruptLadder:
 
 
 async def _acked_before_silence(j: JuliaProcess, it: Interrupt, ack: asyncio.Future[Any]) -> bool:
-    """Wait for the ACK while Julia keeps sending frames; False after _INT_ACK_WAIT of silence."""
+    """Wait for the ACK while Julia keeps sending frames; False after _INT_ACK_WAIT of silence,
+    or as soon as a silent Julia's main thread shows that it is blocked in a C call."""
     loop = asyncio.get_running_loop()
     sent = loop.time()
+    last = j.main_thread_activity()
+    sampled = last is not None  # /proc shows the thread
     while True:
         until = min(max(sent, j.last_frame_at) + _INT_ACK_WAIT, sent + _INT_ACK_MAX)
         left = until - loop.time()
         if left <= 0:
             return ack.done() or it.result.done()
-        if await _taken(it, ack, left):
+        if await _taken(it, ack, min(left, _ACTIVITY_SAMPLE) if sampled else left):
             return True
+        if not sampled or j.last_frame_at > sent:
+            continue  # no /proc, or Julia is sending: its ACK may be queued behind the rest
+        now = j.main_thread_activity()
+        if _cannot_read(last, now):
+            log.debug("execution %s: Julia cannot read the INT frame (%s)", it.execution, now)
+            return False
+        last = now
+
+
+def _cannot_read(last: ThreadActivity | None, now: ThreadActivity | None) -> bool:
+    """Whether Julia's main thread, sampled ``last`` and ``now`` while the INT frame waits, is
+    blocked in a C call and so cannot read the frame (see _ACTIVITY_SAMPLE)."""
+    if now is None or last is None:
+        return False
+    return (
+        now.state in "SD"
+        and last.state in "SD"
+        and now.cpu_ns == last.cpu_ns
+        and _outside_event_loop(now.wchan)
+        and _outside_event_loop(last.wchan)
+    )
+
+
+def _outside_event_loop(wchan: str) -> bool:
+    """Whether a sleeping thread's kernel function is known and is not where Julia waits for
+    events: epoll_wait (libuv's loop on Linux: `do_epoll_wait`, `ep_poll`) or a futex (a
+    thread waiting for work while another runs the loop, or for the GC)."""
+    return wchan not in ("", "0") and "poll" not in wchan and "futex" not in wchan
 
 
 async def _taken_while_compiling(

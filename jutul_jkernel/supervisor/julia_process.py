@@ -35,6 +35,25 @@ _EXIT_AFTER_EOF_WAIT = 1.0
 _EXIT_AFTER_TERM_WAIT = 0.5
 
 
+@dataclass(frozen=True)
+class ThreadActivity:
+    """What Julia's main thread is doing, from /proc/<pid>/task/<pid>/ (Linux)."""
+
+    state: str  # the state letter of `stat`: R running or waiting for a CPU, S and D asleep
+    cpu_ns: int  # its time on a CPU so far (the first field of `schedstat`)
+    wchan: str  # the kernel function it sleeps in ("0" when running or when /proc hides it)
+
+
+def _read_small(path: str) -> str:
+    # os.open/os.read, not pathlib: this runs every millisecond while an INT frame waits
+    # (children.py says what pathlib costs).
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 4096).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+
+
 @dataclass
 class JuliaProcess:
     """One incarnation of the Julia process and its connection."""
@@ -155,6 +174,22 @@ class JuliaProcess:
         except psutil.Error:
             return None
         return float(times.user + times.system)
+
+    def main_thread_activity(self) -> ThreadActivity | None:
+        """What Julia's main thread (thread 1, where the server's tasks and the cell run) is
+        doing now (Linux), else None. Read from Julia's own pid as its INF frame gives it: the
+        process started may be a launcher (juliaup's) that waits for Julia."""
+        pid = self.info.get("pid") or self.proc.pid
+        task = f"/proc/{pid}/task/{pid}"
+        try:
+            stat = _read_small(f"{task}/stat")
+            schedstat = _read_small(f"{task}/schedstat")
+            wchan = _read_small(f"{task}/wchan")
+            return ThreadActivity(
+                stat.rsplit(")", 1)[1].split()[0], int(schedstat.split()[0]), wchan.strip()
+            )
+        except (OSError, IndexError, ValueError):
+            return None
 
     def main_thread_faults(self) -> int | None:
         """Minor page faults of its main thread so far (Linux), else None."""

@@ -101,8 +101,13 @@ end
 
 """`err` is what the REPL keeps of the last error: its exception stack (Julia 1.7 and newer,
 `current_exceptions`), or the exception itself on older Julia."""
-set_err!(e) = set_main_global!(:err, isdefined(Base, :current_exceptions) ?
-    Base.invokelatest(getfield(Base, :current_exceptions)) : e)
+function set_err!(@nospecialize(e))
+    # Not specialized on the exception's type: one compiled method (precompile.jl) serves
+    # every error, where each new type compiled its own on the first error of the session.
+    value = isdefined(Base, :current_exceptions) ?
+        Base.invokelatest(getfield(Base, :current_exceptions)) : e
+    set_main_global!(:err, value)
+end
 
 """
 Include the startup files as the REPL does: `Base.load_julia_startup` includes the

@@ -7,16 +7,41 @@ ends_with_semicolon(code::String) = REPL.ends_with_semicolon(code)
 const SCHEDULER_FILES = ("task.jl", "condition.jl", "asyncevent.jl", "event.jl", "lock.jl",
                          "locks-mt.jl", "stream.jl", "channels.jl", "libuv.jl")
 
-"""The frames of `bt` that belong to the user's code, without the server's own."""
+# Julia 1.5-1.11 look a frame of code in the system image (or a package image) up in its debug
+# info anew every time, ~8 ms a frame on 1.10 here (1.12 caches the lookups itself): an
+# interrupted `sleep` has five such frames above the cell's, and the server's own frames below
+# it more, so rendering its InterruptException took 100-300 ms, most of an interrupt's time.
+# Julia never frees compiled code, so an address names the same frames for the whole session:
+# each is looked up once (Base.StackTraces.lookup, which `stacktrace` calls for every address).
+const FRAMES_AT = Dict{Ptr{Cvoid},Vector{Base.StackTraces.StackFrame}}()
+const FRAMES_AT_MAX = 10_000   # addresses; a session that met more starts over
+
+"""The frames (more than one where code was inlined) at backtrace entry `ip`."""
+function frames_at(ip)
+    ip isa Ptr{Cvoid} || return Base.StackTraces.lookup(ip)   # interpreted: no debug info
+    frames = get(FRAMES_AT, ip, nothing)
+    if frames === nothing
+        length(FRAMES_AT) >= FRAMES_AT_MAX && empty!(FRAMES_AT)
+        frames = FRAMES_AT[ip] = Base.StackTraces.lookup(ip)
+    end
+    return frames
+end
+
+"""The frames of `bt` that belong to the user's code, without the server's own: those above
+the first frame in the server's files, which are not looked up at all."""
 function user_backtrace(bt, interrupted::Bool = false)
-    frames = stacktrace(bt)
+    # stacktrace(bt) without C frames, as Base's (stacktraces.jl, 1.5.3 to 1.12), cut early
+    frames = Base.StackTraces.StackFrame[]
+    for ip in bt, f in frames_at(ip)
+        f.from_c && continue
+        dirname(string(f.file)) == SRC_DIR && break
+        push!(frames, f)
+    end
     if interrupted
         while length(frames) > 1 && basename(string(frames[1].file)) in SCHEDULER_FILES
             popfirst!(frames)
         end
     end
-    cut = findfirst(f -> dirname(string(f.file)) == SRC_DIR, frames)
-    cut === nothing || (frames = frames[1:cut-1])
     # a syntax error has no frames of its own, only a "top-level scope at none:1"
     filter!(f -> f.file !== :none, frames)
     while !isempty(frames) && frames[end].func === :eval && endswith(string(frames[end].file), "boot.jl")
@@ -138,7 +163,11 @@ function run_cell(mod::Module, code::String, filename::String, cell::Int = 0,
         status == "int" && main && Base.invokelatest(drop_torn_sends)
         status == "int" && main && Base.invokelatest(interrupt_remote_workers)
         if cell > 0
-            quietly(() -> set_err!(e))
+            try
+                set_err!(e)
+            catch err
+                err isa InterruptException && rethrow()   # as quietly, with no closure to compile
+            end
             # Hooks are user code: an interrupt that lands in another task (SIGINT goes to
             # whichever task last waited) is forwarded to them only while IN_USER is set;
             # otherwise it would stay pending behind a hook that waits.

@@ -102,6 +102,11 @@ function precompile_workload()
     end
     precompile(the_interrupt, (InterruptException,))
     precompile(user_backtrace, (BT, Bool))
+    precompile(frames_at, (Ptr{Cvoid},))
+    # a main cell's error and interrupt: the warm-up runs neither (no cell number, no
+    # evaluation); uncompiled, the first interrupt of a session spent 0.7 s here (1.10)
+    precompile(set_err!, (Any,))
+    precompile(interrupt_remote_workers, ())
 
     # a subshell's request (beside.jl)
     precompile(queue_beside, (Int, Evaluation))
