@@ -636,7 +636,9 @@ def test_only_a_thread_blocked_outside_the_event_loop_cannot_read_the_frame() ->
     a, ms = ThreadActivity, 1_000_000
     nanosleep = "hrtimer_nanosleep"  # a ccall'd sleep
     assert cannot_read(a("S", 0, nanosleep), a("S", 0, nanosleep))
-    assert cannot_read(a("D", 0, "pipe_read"), a("S", 0, "pipe_read"))
+    assert cannot_read(a("S", 0, "pipe_read"), a("S", 0, "pipe_read"))
+    # uninterruptible (a disk read, a page fault): over by itself, and no signal interrupts it
+    assert not cannot_read(a("D", 0, "folio_wait_bit_common"), a("D", 0, "folio_wait_bit_common"))
     assert not cannot_read(a("R", 0, "0"), a("S", 0, nanosleep))  # just got there
     assert not cannot_read(a("S", 0, nanosleep), a("S", ms, nanosleep))  # ran between
     for wchan in ("do_epoll_wait", "ep_poll", "futex_wait_queue", "futex_do_wait"):

@@ -41,13 +41,13 @@ _INT_ACK_MAX = 3.0
 # Where /proc shows Julia's main thread (Linux), a thread asleep in the kernel outside the event
 # loop (a blocking ccall: nanosleep, a read) in two samples _ACTIVITY_SAMPLE apart, with no CPU
 # time between, cannot read the frame: the SIGINT goes then, about as soon as IJulia's (which
-# signals at once, whatever Julia does), instead of after the silence. The danger the silence
-# guards against, a SIGINT landing in a libuv callback, needs the thread in the event loop:
-# asleep in epoll_wait (or a futex, where another thread may run the loop), which gets no early
-# SIGINT, or running callbacks. A running thread gets none either, however long it ran: a cell
-# that compiles for a few milliseconds between yields looks the same as one that never yields,
-# and a SIGINT sent 1 ms into such a burst (a cold `] add`) was deferred by the compiler and
-# then taken by nothing, so the interrupt had to be forced; the silence lets the frame win.
+# signals at once, whatever Julia does), instead of after the silence. Asleep means state S:
+# D is a disk read or a page fault (a fresh Julia on a busy machine), over by itself, which no
+# signal interrupts. The danger the silence guards against, a SIGINT landing in a libuv
+# callback, needs the thread in the event loop: asleep in epoll_wait (or a futex, where another
+# thread may run the loop), which gets no early SIGINT, or running callbacks. A running thread
+# gets none either, however long it ran: a cell that compiles for a few milliseconds between
+# yields looks the same as one that never yields, and the frame stops it cleanly at its yield.
 _ACTIVITY_SAMPLE = 0.001
 # The listener's ACK says only that the INT frame was handed to the cell. Code that catches the
 # interrupt can go on, or hang: Pkg's precompile (JuliaLang/julia release-1.12
@@ -253,8 +253,8 @@ def _cannot_read(last: ThreadActivity | None, now: ThreadActivity | None) -> boo
     if now is None or last is None:
         return False
     return (
-        now.state in "SD"
-        and last.state in "SD"
+        now.state == "S"
+        and last.state == "S"
         and now.cpu_ns == last.cpu_ns
         and _outside_event_loop(now.wchan)
         and _outside_event_loop(last.wchan)
