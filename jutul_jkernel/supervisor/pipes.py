@@ -13,6 +13,10 @@ an input request), Julia writes a marker into both pipes and sends that frame in
 holds back what either stream wrote after marker n until then, so output printed before a
 display comes before it and output printed after comes after. Julia's own `stderr` travels in
 the stdout pipe between two markers, so that its prints to stdout and stderr keep their order.
+Where Julia finds both pipes empty (Linux: capture.jl ``pipes_read``), everything written before
+the frame has been read here already, and the frame comes inside ``MRK 0``, without a marker:
+:meth:`OutputPipes.pass_tails` then passes on what a stream kept as the possible start of a
+marker, which can only be output.
 
 Routes: what Julia code running beside the main cell (a subshell's request, and the tasks it
 started) prints travels in the stdout pipe too, after a ROUTE code that names the execution
@@ -233,6 +237,21 @@ class OutputPipes:
         for s in self._streams:
             while s.held and s.held[0][0] <= self._released:
                 self._pass_on(s.held.pop(0))
+
+    def pass_tails(self) -> None:
+        """Pass on what each stream kept as the possible start of a marker: a frame came in
+        ``MRK 0``, which Julia sends only once it found both pipes read to the end with no
+        write of its own under way (capture.jl, ``pipes_read``), so what was kept is output
+        written before that frame (a NUL at the end of a cell's output), not a marker to come.
+        Kept, it would reach whatever execution prints next."""
+        for s in self._streams:
+            if s.tail:
+                piece = (s.seen, s.current, s.tail, s.route)
+                s.tail = b""
+                if s.held or piece[0] > self._released:
+                    s.held.append(piece)
+                else:
+                    self._pass_on(piece)
 
     def skip(self, n: int) -> None:
         """Count marker ``n`` as passed on both streams though it never came (a lost marker)."""
