@@ -13,10 +13,13 @@
 # request) is sent inside `MRK <number>`, and the supervisor handles it only once it has read
 # both pipes up to that marker. So all of a cell's output comes before its result. When both
 # pipes are empty after the flush (Linux's FIONREAD on our own descriptors of them), the
-# supervisor has already read every byte written before, and passed it on, so no marker is
-# written and the frame goes inside `MRK 0`: a cell or a comm message that prints nothing
-# costs no pipe write here and no pipe read in the supervisor (supervisor/pipes.py,
-# `pass_tails`).
+# supervisor has already read every byte written before, and passed it on, so the frames that
+# end an evaluation (its value or error, and its result) need no marker: they go inside
+# `MRK 0`, and a cell or comm callback that prints nothing costs no pipe write here and no
+# pipe read in the supervisor at its end (supervisor/pipes.py, `pass_tails`). A frame in the
+# middle of an evaluation (a display, a comm message, an input request) always gets its
+# marker: the marker also holds back what is printed after the frame until the frame was
+# handled, and without one the supervisor could read that output first.
 #
 # Without JUTUL_JKERNEL_STDOUT_FD (Windows: no inherited pipes), fd 1 and fd 2 are redirected
 # into in-process pipes and a pump task per stream forwards them as OUT frames; the drain then
@@ -103,16 +106,17 @@ function flush_quietly(io)
 end
 
 """
-    drain_output() -> mark
+    drain_output(ending = false) -> mark
 
 Flush every buffer and put a marker behind what was written so far. Return its number for the
 frame that must follow that output (`send_frame(...; mark)`); 0 where the pumps forward the
-output (they have passed the marker when this returns); `PIPES_READ` where the supervisor has
-read both pipes to the end (`pipes_read`: no marker needed, the frame goes in `MRK 0`).
+output (they have passed the marker when this returns). For the frames that end an evaluation
+(`ending`), `PIPES_READ` where the supervisor has read both pipes to the end (`pipes_read`: no
+marker needed, the frame goes in `MRK 0`).
 """
-function drain_output()
+function drain_output(ending::Bool = false)
     flush_all()
-    SUPERVISOR_READS[] && pipes_read() && return PIPES_READ
+    ending && SUPERVISOR_READS[] && pipes_read() && return PIPES_READ
     MARKS_SENT[] += 1
     want = MARKS_SENT[]
     for name in ("stdout", "stderr")
