@@ -205,6 +205,34 @@ async def test_output_never_leaks_into_the_next_execution(
     assert second.text() == "next"
 
 
+async def test_output_ending_like_a_marker_stays_with_its_execution(
+    julia: JuliaSupervisor,
+) -> None:
+    """Output whose last bytes could start an output marker (a NUL, then the marker's own
+    first bytes) is the execution's, though a result that follows output already read comes
+    without a marker (capture.jl, pipes_read): it is passed on before the result, not kept
+    for whatever prints next."""
+    for julia_text, text in [("\\0", "\0"), ("\\0\\x1f", "\0\x1f"), ("\\0\\x1fJJK", "\0\x1fJJK")]:
+        first = Output()
+        # sleep: the supervisor reads the output before Julia looks whether both pipes are
+        # read to the end, so the result goes without a marker.
+        await run(julia, f'print("end{julia_text}"); flush(stdout); sleep(0.2)', first)
+        assert first.text() == "end" + text
+        second = Output()
+        await run(julia, 'print("next")', second)
+        assert second.text() == "next"
+
+
+async def test_an_execution_that_prints_nothing_writes_no_marker(julia: JuliaSupervisor) -> None:
+    """A cell whose output was all read already ends without a marker in the pipes (Linux):
+    its result goes in MRK 0, and the supervisor reads no pipe for it."""
+    before = (await run(julia, "JKernel.MARKS_SENT[]")).text
+    for _ in range(3):
+        await run(julia, "1 + 1")
+    after = (await run(julia, "JKernel.MARKS_SENT[]")).text
+    assert after == before
+
+
 async def test_large_and_binary_output_arrive_intact(
     julia: JuliaSupervisor, output: Output
 ) -> None:

@@ -34,7 +34,9 @@ class FrameKind(enum.Enum):
     OUT = "OUT"
     # MRK <mark> <n>: the payload is one whole frame (or nothing) that comes after output marker
     # <mark>: the supervisor reads fd 1 and fd 2 up to marker <mark> before handling it (capture.jl,
-    # drain_output)
+    # drain_output); <mark> 0, for the frames that end an evaluation: no marker was written, Julia
+    # found both pipes read to the end, and what the supervisor keeps as a marker's possible start
+    # is output before the frame
     MRK = "MRK"
     # DSP <id> <n>: JSON: display_data or update_display_data of evaluation <id>
     DSP = "DSP"
@@ -109,7 +111,7 @@ ARGS: dict[FrameKind, tuple[Arg, ...]] = {
     FrameKind.RDY: (Arg("token", "token"),),
     FrameKind.INF: (),
     FrameKind.OUT: (Arg("stream", "words", ("stdout", "stderr")),),
-    FrameKind.MRK: (Arg("mark", "id"),),
+    FrameKind.MRK: (Arg("mark", "count"),),
     FrameKind.DSP: (Arg("id", "id"),),
     FrameKind.CLR: (Arg("id", "id"), Arg("wait", "words", ("0", "1"))),
     FrameKind.VAL: (Arg("id", "id"),),

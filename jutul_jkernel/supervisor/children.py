@@ -22,6 +22,9 @@ import psutil
 _TERM_WAIT = 1.0
 _KILL_WAIT = 1.0
 
+# A thread's children file: pids and spaces, ~8 bytes a child.
+_CHILDREN_READ = 1 << 16
+
 Snapshot = frozenset[psutil.Process]  # psutil compares pid and start time: reuse-safe
 
 
@@ -47,15 +50,19 @@ def _child_pids(pid: int) -> list[int] | None:
             fd = os.open(f"{task_dir}/{tid}/children", os.O_RDONLY)
         except OSError:
             continue  # the thread ended meanwhile
-        chunks = []
         try:
-            while chunk := os.read(fd, 1 << 16):
-                chunks.append(chunk)
+            # One read returns the whole file when it fits: a second read only for a longer one
+            # (thousands of children), not the one that would return nothing.
+            data = os.read(fd, _CHILDREN_READ)
+            if len(data) == _CHILDREN_READ:
+                while chunk := os.read(fd, _CHILDREN_READ):
+                    data += chunk
         except OSError:
             continue
         finally:
             os.close(fd)
-        found.extend(int(p) for p in b"".join(chunks).split())
+        if data:
+            found.extend(int(p) for p in data.split())
     return found
 
 

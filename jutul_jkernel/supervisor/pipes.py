@@ -13,6 +13,11 @@ an input request), Julia writes a marker into both pipes and sends that frame in
 holds back what either stream wrote after marker n until then, so output printed before a
 display comes before it and output printed after comes after. Julia's own `stderr` travels in
 the stdout pipe between two markers, so that its prints to stdout and stderr keep their order.
+Where Julia finds both pipes empty as an evaluation ends (Linux: capture.jl ``pipes_read``),
+everything written before has been read here already, and its last frames come inside
+``MRK 0``, without a marker: :meth:`OutputPipes.pass_tails` then passes on what a stream kept
+as the possible start of a marker, which can only be output. (Output after those frames is no
+evaluation's any more: nothing needs holding back behind them.)
 
 Routes: what Julia code running beside the main cell (a subshell's request, and the tasks it
 started) prints travels in the stdout pipe too, after a ROUTE code that names the execution
@@ -234,6 +239,18 @@ class OutputPipes:
             while s.held and s.held[0][0] <= self._released:
                 self._pass_on(s.held.pop(0))
 
+    def pass_tails(self) -> None:
+        """Pass on what each stream kept as the possible start of a marker: a frame came in
+        ``MRK 0``, which Julia sends only once it found both pipes read to the end with no
+        write of its own under way (capture.jl, ``pipes_read``), so what was kept is output
+        written before that frame (a NUL at the end of a cell's output), not a marker to come.
+        Kept, it would reach whatever execution prints next."""
+        for s in self._streams:
+            if s.tail:
+                piece = (s.seen, s.current, s.tail, s.route)
+                s.tail = b""
+                self._arrived(s, piece)
+
     def skip(self, n: int) -> None:
         """Count marker ``n`` as passed on both streams though it never came (a lost marker)."""
         for s in self._streams:
@@ -301,12 +318,16 @@ class OutputPipes:
             pieces.append((s.seen, s.current, s.tail, s.route))
             s.tail = b""
         for piece in pieces:
-            if s.held or piece[0] > self._released:
-                s.held.append(piece)
-            else:
-                self._pass_on(piece)
+            self._arrived(s, piece)
         if (s.seen != before or s.eof) and self._changed is not None:
             self._changed.set()
+
+    def _arrived(self, s: _Stream, piece: Piece) -> None:
+        """Pass a piece read from ``s`` on, or hold it behind a marker not yet released."""
+        if s.held or piece[0] > self._released:
+            s.held.append(piece)
+        else:
+            self._pass_on(piece)
 
     def _pass_on(self, piece: Piece) -> None:
         _, name, data, route = piece

@@ -3,7 +3,8 @@ between executions, to the stray sink.
 
 The order rules: a frame wrapped in ``MRK n`` is handled only once fd 1 and fd 2 have been read
 up to output marker n (all of a cell's output comes before its result, and output printed
-around a display keeps its place). The connection's own frame kinds have their handlers in one
+around a display keeps its place); in ``MRK 0`` at once, Julia found both read to the end
+already. The connection's own frame kinds have their handlers in one
 table (``_CONNECTION_FRAMES``); a frame addressed to the running execution goes to it
 (``Execution.take``), a display from a task that outlived its cell to the stray sink, anything
 else nowhere. A comm message Julia sends is never dropped: without its execution it goes stray.
@@ -70,9 +71,19 @@ class FrameRouter:
             self._dispatch(j, frame)
 
     async def _ordered(self, j: JuliaProcess, frame: Frame) -> None:
-        """MRK n: handle the frame it carries once fd 1 and fd 2 were read up to marker n."""
+        """MRK n: handle the frame it carries once fd 1 and fd 2 were read up to marker n.
+
+        MRK 0: Julia found both pipes read to the end and wrote no marker (capture.jl,
+        drain_output); what they kept as the possible start of a marker is output, passed on
+        before the frame."""
         n = int(frame.args[0])
         inner = inner_frame(frame)
+        if n == 0:
+            if j.pipes is not None:
+                j.pipes.pass_tails()
+            if inner is not None:
+                self._dispatch(j, inner)
+            return
         if j.pipes is not None and not await j.pipes.passed(n, _MARK_WAIT):
             log.warning("output marker %d did not arrive within %g s; going on", n, _MARK_WAIT)
             j.pipes.skip(n)

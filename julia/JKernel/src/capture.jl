@@ -11,7 +11,15 @@
 # Order: `drain_output` flushes Julia's and C's buffers, writes a marker into each pipe and
 # returns its number; the frame that must follow the output (a result, a display, an input
 # request) is sent inside `MRK <number>`, and the supervisor handles it only once it has read
-# both pipes up to that marker. So all of a cell's output comes before its result.
+# both pipes up to that marker. So all of a cell's output comes before its result. When both
+# pipes are empty after the flush (Linux's FIONREAD on our own descriptors of them), the
+# supervisor has already read every byte written before, and passed it on, so the frames that
+# end an evaluation (its value or error, and its result) need no marker: they go inside
+# `MRK 0`, and a cell or comm callback that prints nothing costs no pipe write here and no
+# pipe read in the supervisor at its end (supervisor/pipes.py, `pass_tails`). A frame in the
+# middle of an evaluation (a display, a comm message, an input request) always gets its
+# marker: the marker also holds back what is printed after the frame until the frame was
+# handled, and without one the supervisor could read that output first.
 #
 # Without JUTUL_JKERNEL_STDOUT_FD (Windows: no inherited pipes), fd 1 and fd 2 are redirected
 # into in-process pipes and a pump task per stream forwards them as OUT frames; the drain then
@@ -98,14 +106,17 @@ function flush_quietly(io)
 end
 
 """
-    drain_output() -> mark
+    drain_output(ending = false) -> mark
 
 Flush every buffer and put a marker behind what was written so far. Return its number for the
 frame that must follow that output (`send_frame(...; mark)`); 0 where the pumps forward the
-output (they have passed the marker when this returns).
+output (they have passed the marker when this returns). For the frames that end an evaluation
+(`ending`), `PIPES_READ` where the supervisor has read both pipes to the end (`pipes_read`: no
+marker needed, the frame goes in `MRK 0`).
 """
-function drain_output()
+function drain_output(ending::Bool = false)
     flush_all()
+    ending && SUPERVISOR_READS[] && pipes_read() && return PIPES_READ
     MARKS_SENT[] += 1
     want = MARKS_SENT[]
     for name in ("stdout", "stderr")
@@ -128,6 +139,38 @@ function drain_output()
         DRAIN_DEADLINE[] = Inf
     end
     return 0
+end
+
+# FIONREAD: the bytes waiting in a pipe, which either end may ask on Linux (fs/pipe.c
+# pipe_ioctl reads the pipe both ends share). 0x541B on the architectures listed; others
+# number it differently, and BSD pipes answer for one end only, so elsewhere every drain
+# writes its marker.
+const FIONREAD = 0x541B
+const PIPES_READ = -1   # drain_output's mark when no marker was needed (send_frame: MRK 0)
+const FIONREAD_WORKS = Sys.islinux() && Sys.ARCH in (:x86_64, :i686, :aarch64, :armv7l, :riscv64)
+
+"""
+    pipes_read() -> Bool
+
+Whether both output pipes are empty: the supervisor has read every byte written to them (a
+failed ioctl says no).
+"""
+function pipes_read()
+    isempty(PIPE_FDS) && return false
+    n = Ref{Cint}(0)
+    # Under the I/O lock, which every Julia write to a pipe holds for its whole (blocking)
+    # write: no code of ours is half written while we look, so whatever the supervisor keeps
+    # as a possible start of one is output (supervisor/pipes.py, pass_tails).
+    Base.iolock_begin()
+    try
+        for fd in PIPE_FDS
+            ccall(:ioctl, Cint, (RawFD, Culong, Ref{Cint}), fd, FIONREAD, n) == 0 && n[] == 0 ||
+                return false
+        end
+    finally
+        Base.iolock_end()
+    end
+    return true
 end
 
 """The number of the last marker, for a frame sent after a failure (0 if the pumps forward)."""
@@ -386,6 +429,13 @@ function redirect_output!()
         ccall(:fcntl, Cint, (Cint, Cint, Cint), fd, 2, 1)   # F_SETFD FD_CLOEXEC: fd 1 is enough
         redirect_stdout(wr_out)
         wr_err = stream_on_fd2(stderr)
+        # Our own descriptors of both pipes, which no redirect_stdout/stderr in a cell moves
+        # (see pipes_read): the stdout pipe's stays open under wr_out, fd 2 is duplicated.
+        if FIONREAD_WORKS
+            err_fd = Base.Libc.dup(RawFD(2))
+            ccall(:fcntl, Cint, (RawFD, Cint, Cint), err_fd, 2, 1)   # F_SETFD FD_CLOEXEC
+            append!(empty!(PIPE_FDS), (RawFD(fd), err_fd))
+        end
         # libuv opened both non-blocking: C's writes to a full pipe would fail and be lost.
         # Blocking, every writer waits for the supervisor instead (as after any child process).
         for w in (wr_out, wr_err)

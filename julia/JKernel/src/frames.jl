@@ -18,7 +18,11 @@
 #                                  those pipes (Windows)
 #   MRK <mark> <n>                 the payload is one whole frame (or nothing) that comes after
 #                                  output marker <mark>: the supervisor reads fd 1 and fd 2 up to
-#                                  marker <mark> before handling it (capture.jl, drain_output)
+#                                  marker <mark> before handling it (capture.jl, drain_output);
+#                                  <mark> 0, for the frames that end an evaluation: no marker was
+#                                  written, Julia found both pipes read to the end, and what the
+#                                  supervisor keeps as a marker's possible start is output before
+#                                  the frame
 #   DSP <id> <n>                   JSON: display_data or update_display_data of evaluation <id>
 #   CLR <id> <wait 0|1> 0          clear_output for evaluation <id>
 #   VAL <id> <n>                   JSON MIME bundle of the value, only when richer than text/plain

@@ -66,6 +66,7 @@ function precompile_workload()
     precompile(forward_output!, (Vector{UInt8}, String))
     precompile(send_output, (String, Vector{UInt8}, Int, Int))
     precompile(drain_output, ())
+    precompile(drain_output, (Bool,))
     precompile(flush_all, ())
     precompile(set_buffering!, (Bool,))
     precompile(drop_torn_sends, ())   # at the start of every cell

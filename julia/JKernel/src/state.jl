@@ -165,6 +165,10 @@ const DRAINED = Condition()            # a pump passed a marker, or a drain's ti
 const DRAIN_DEADLINE = Ref(Inf)      # when the running drain gives up (see flusher_loop)
 const WRITTEN = Ref(0)                 # bytes Julia code wrote to stdout/stderr: buffering switch
 const SUPERVISOR_READS = Ref(false)    # the supervisor reads fd 1 and 2 (capture.jl)
+# Descriptors of the two pipes that only we hold (never fd 1 or 2, which user code may
+# redirect), asked whether the supervisor has read everything (capture.jl, pipes_read);
+# empty where that cannot be asked, and every drain then writes its marker.
+const PIPE_FDS = RawFD[]
 const BUFFERED = Ref(false)            # Julia's writes to the pipes are buffered now
 const QUIET_TICKS = Ref(0)             # quiet flusher intervals in a row while buffered
 

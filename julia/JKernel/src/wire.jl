@@ -10,7 +10,8 @@
 
 Write one frame; `args` is the header's arguments as one string ("" for none). Strings keep this
 to one compiled specialization, which matters for start-up time. With a `mark` from
-`drain_output`, the frame goes inside `MRK <mark>`: the output written before it comes first.
+`drain_output`, the frame goes inside `MRK <mark>`: the output written before it comes first
+(`MRK 0` for `PIPES_READ`: the supervisor had read it all already).
 """
 function send_frame(kind::String, args::String, payload::AbstractVector{UInt8} = UInt8[];
                     mark::Int = 0)
@@ -23,8 +24,8 @@ function send_frame(kind::String, args::String, payload::AbstractVector{UInt8} =
     # One frame inside MRK, so that no other task's frame can come between the two. Assigned
     # once: a variable assigned twice and captured by the closure below would be boxed, and
     # every call on it compiled at run time (~40 ms of the first result on 1.10).
-    buf = mark > 0 ?
-        vcat(codeunits(string(FrameKind.MRK, " ", mark, " ", length(frame), "\n")), frame) : frame
+    buf = mark == 0 ? frame :
+        vcat(codeunits(string(FrameKind.MRK, " ", max(mark, 0), " ", length(frame), "\n")), frame)
     # One write call submits the whole frame to libuv, so frames from different tasks never
     # interleave; SIGINT is deferred so it cannot abandon a half-submitted write.
     disable_sigint() do
