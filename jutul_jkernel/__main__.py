@@ -1,25 +1,45 @@
 """``python -m jutul_jkernel -f CONNECTION_FILE``: the kernel, as kernel.json starts it.
 
-Julia is launched before ipykernel is imported: those imports and the app's set-up take a few
-tenths of a second, during which Julia boots on the other core. The supervisor module imports
-nothing of Jupyter, so launching costs only its own import (asyncio, mostly, which ipykernel
-would import anyway).
+Julia is spawned first (supervisor/early_launch.py), before the supervisor and ipykernel are
+imported: those imports and the app's set-up take a few tenths of a second, during which Julia
+boots on the other core. The supervisor, made next, adopts that Julia, and the kernel's start
+connects to it. After a shutdown the process ends without Python's finalisation (see
+``_exit_now``).
 """
 
 from __future__ import annotations
 
 import atexit
-from typing import Any
+import contextlib
+import os
+import signal
+import sys
+import threading
 
-from jutul_jkernel.supervisor.from_env import (
-    supervisor_from_env,  # imports nothing of Jupyter, nor Xvfb
-)
+from jutul_jkernel.supervisor.early_launch import launch_from_env  # light: see its docstring
+
+# typing.TYPE_CHECKING without importing typing before Julia is spawned (mypy takes it as true)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 
 def main() -> None:
+    early = launch_from_env()
+    if early is not None:
+        # Should ipykernel fail to import or to set up (or print --help and exit), or a SIGTERM
+        # come before the kernel's own handler is in place, Julia goes too.
+        atexit.register(early.kill_now)
+        _end_with(early.kill_now)
+
+    from jutul_jkernel.supervisor.from_env import supervisor_from_env
+
     supervisor = supervisor_from_env()
-    supervisor.launch()
-    # Should ipykernel fail to import or to set up (or print --help and exit), Julia goes too.
+    if early is not None:
+        supervisor.adopt_early_launch(early)  # the supervisor's now: its kill_now ends it
+        atexit.unregister(early.kill_now)
+        _end_with(supervisor.kill_now)
     atexit.register(supervisor.kill_now)
 
     from jutul_jkernel.jupyter.app import JuliaKernelApp
@@ -27,6 +47,7 @@ def main() -> None:
 
     JuliaKernel.prepared_supervisor = supervisor
     JuliaKernelApp.launch_instance(**app_options())
+    _exit_now()
 
 
 def app_options() -> dict[str, Any]:
@@ -37,6 +58,41 @@ def app_options() -> dict[str, Any]:
     # over the supervisor's socket), and flushing OutStreams costs two IOPub-thread round
     # trips per cell.
     return {"kernel_class": JuliaKernel, "outstream_class": None}
+
+
+def _end_with(kill: Callable[[], None]) -> None:
+    """Until the kernel installs its own SIGTERM handler: on SIGTERM, ``kill()`` Julia, then die
+    by SIGTERM as before (Python's default runs no atexit)."""
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        kill()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def _exit_now() -> None:
+    """End the process once the app has shut down: the exit functions, then ``os._exit``.
+
+    Python's finalisation after them (clearing every module of ipykernel, zmq, tornado and
+    the rest, and the garbage they hold) took 0.15-0.25 s of each restart on a loaded machine
+    with nothing left to do: Julia is stopped and reaped, and the exit functions, run here,
+    close the app's sockets and terminate zmq's context (which sends what was queued), remove
+    the connection file and flush the logs. A thread Python would wait for (a worker that
+    stops a cell's child processes, say) means the ordinary exit.
+    """
+    if any(
+        t.is_alive() and not t.daemon
+        for t in threading.enumerate()
+        if t is not threading.main_thread()
+    ):
+        return
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # closed, or None
+            stream.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

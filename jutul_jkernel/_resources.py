@@ -10,7 +10,6 @@ lookup tries the packaged location first, then the checkout, and raises
 
 from __future__ import annotations
 
-from importlib.resources import files
 from pathlib import Path
 
 # <repo>/jutul_jkernel/_resources.py -> <repo>: where an editable install keeps the data files.
@@ -18,12 +17,14 @@ _CHECKOUT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _packaged(*parts: str) -> Path | None:
-    """Return the packaged location of ``parts``, or None if the package is not on a filesystem."""
-    location = files("jutul_jkernel")
-    for part in parts:  # one step at a time: Python 3.10's zip Traversable takes one name
-        location = location / part
-    # A zip import yields a zipfile.Path, which no subprocess or copytree can use.
-    return location if isinstance(location, Path) else None
+    """Return the packaged location of ``parts``, or None if the package is not on a filesystem.
+
+    The package's folder is where this file is: what ``importlib.resources.files`` gives for a
+    package on a filesystem, without importing importlib.resources (inspect, zipfile, ...)
+    before the kernel spawns Julia (supervisor/early_launch.py). In a zip this path names no
+    file, and the checkout is tried next, as when ``files`` gave a zipfile.Path.
+    """
+    return Path(__file__).parent.joinpath(*parts)
 
 
 def _locate(parts: tuple[str, ...], *, is_dir: bool) -> Path:

@@ -10,7 +10,6 @@ docs/configuration.md describes the user's settings for users.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 
@@ -84,6 +83,8 @@ def positive_seconds(text: str) -> float | None:
 def seconds_argument(text: str) -> float:
     """An argparse ``type`` for seconds (``--timeout``): :func:`positive_seconds`, with
     argparse's kind of error."""
+    import argparse  # here: the kernel imports this module before it spawns Julia
+
     seconds = positive_seconds(text)
     if seconds is None:
         msg = f"expected a positive number of seconds, got {text!r}"

@@ -21,10 +21,8 @@ from jutul_jkernel.supervisor.pipes import (
     OutputPipes,
     Piece,
     _Stream,
-    make_pipe,
-    marker_prefix,
-    new_marker,
 )
+from jutul_jkernel.supervisor.spawn import make_pipe, marker_prefix, new_marker
 
 PREFIX = marker_prefix(new_marker())
 MARK, TO_ERR, TO_OUT = PREFIX + DRAIN, PREFIX + TO_STDERR, PREFIX + TO_STDOUT

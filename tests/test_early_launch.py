@@ -1,12 +1,16 @@
 """Julia launched before ipykernel is imported: adopted by start(), never doubled, never left.
 
-``python -m jutul_jkernel`` builds its supervisor and calls ``launch()`` first, so that Julia
-boots while ipykernel is imported and set up; the kernel's start() then adopts that process.
+``python -m jutul_jkernel`` spawns Julia first (supervisor/early_launch.py), before it imports
+the supervisor and ipykernel, so that Julia boots meanwhile; the supervisor adopts that process
+and the kernel's start() connects to it. ``JuliaSupervisor.launch()`` does the same from Python.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -17,47 +21,66 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
+from jutul_jkernel.supervisor.early_launch import launch_from_env
 from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
 
 from .clients import execute, result_of
-from .conftest import STARTUP_TIMEOUT, julia_descendants
+from .conftest import REAP_GRACE, STARTUP_TIMEOUT, julia_descendants
 
 pytestmark = pytest.mark.integration
 
 CELL_BOUND = 30.0
 ENTRY_BOUND = 60.0
 
-# Runs the kernel's entry point with launch() recording instead of spawning, and stops the
-# process at the first import of ipykernel, printing what had happened by then.
+# Modules the kernel process must not have imported when it spawns Julia: each delays the
+# spawn, and Julia's boot is what a kernel's start waits for (supervisor/early_launch.py).
+HEAVY = (
+    "asyncio",
+    "logging",
+    "psutil",
+    "jutul_jkernel.supervisor.julia_supervisor",
+    "zmq",
+    "ipykernel",
+)
+
+# Runs the kernel's entry point as `python -m jutul_jkernel` does, and stops the process at the
+# spawn of Julia (an audit hook sees the Popen before the fork: nothing is spawned) or at the
+# first import of ipykernel, whichever comes first, printing which it was and what was loaded.
 _ENTRY_PROBE = textwrap.dedent(
     """
-    import sys
-    from jutul_jkernel.supervisor import julia_supervisor as supervisor
+    import os, runpy, sys
 
-    events = []
-    supervisor.JuliaSupervisor.launch = lambda self: events.append("launch")
+    HEAVY = HEAVY_NAMES
+
+    def stop(what):
+        print(what, sorted(m for m in HEAVY if m in sys.modules), flush=True)
+        os._exit(0)
+
+    def audit(event, args):
+        if event == "subprocess.Popen" and any("server.jl" in str(a) for a in args[1] or ()):
+            stop("spawned with")
 
     class StopAtIpykernel:
         def find_spec(self, name, path=None, target=None):
             if name == "ipykernel":
-                print("before ipykernel:", events, flush=True)
-                raise SystemExit(0)
+                stop("ipykernel imported first, with")
             return None
 
+    sys.addaudithook(audit)
     sys.meta_path.insert(0, StopAtIpykernel())
-    from jutul_jkernel.__main__ import main
-    main()
-    print("ipykernel was never imported", flush=True)
+    sys.argv = ["jutul_jkernel", "-f", "never-read.json"]
+    runpy.run_module("jutul_jkernel", run_name="__main__", alter_sys=True)
+    print("Julia was never spawned", flush=True)
     """
-)
+).replace("HEAVY_NAMES", repr(HEAVY))
 
 
 def _running(procs: list[psutil.Process]) -> list[int]:
     return [p.pid for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
-def test_kernel_launches_julia_before_it_imports_ipykernel() -> None:
-    """The kernel's entry point calls launch() while ipykernel is not yet imported."""
+def _entry_probe() -> str:
+    """What the kernel's entry point had loaded when it spawned Julia (or imported ipykernel)."""
     done = subprocess.run(
         [sys.executable, "-c", _ENTRY_PROBE],
         capture_output=True,
@@ -66,7 +89,66 @@ def test_kernel_launches_julia_before_it_imports_ipykernel() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "before ipykernel: ['launch']", done.stdout + done.stderr
+    return done.stdout.strip()
+
+
+def test_kernel_launches_julia_before_it_imports_ipykernel() -> None:
+    """The kernel's entry point spawns Julia while ipykernel is not yet imported."""
+    assert _entry_probe().startswith("spawned with"), _entry_probe()
+
+
+def test_kernel_spawns_julia_before_anything_heavy_is_imported() -> None:
+    """Nor asyncio, logging, psutil, zmq or the supervisor: the entry point spawns Julia through
+    supervisor/early_launch.py, whose imports are light, so that Julia's boot starts as early
+    as the process can start it (the supervisor's imports took 0.3 s under load)."""
+    assert _entry_probe() == "spawned with []"
+
+
+def test_a_sigterm_during_the_imports_takes_the_early_julia_along(tmp_path: Path) -> None:
+    """A kernel SIGTERMed after it spawned Julia but before its own SIGTERM handler is in place
+    (while ipykernel is imported) kills that Julia: Python's default SIGTERM runs no atexit,
+    and a Julia still booting (here: held in its -L file) would live on without a parent."""
+    stall = tmp_path / "slow-start.jl"
+    stall.write_text("sleep(60)\n")
+    # The entry point, held at its import of ipykernel once Julia is spawned.
+    probe = textwrap.dedent(
+        """
+        import runpy, sys, time
+
+        class HoldAtIpykernel:
+            def find_spec(self, name, path=None, target=None):
+                if name == "ipykernel":
+                    print("held", flush=True)
+                    time.sleep(60)
+                return None
+
+        sys.meta_path.insert(0, HoldAtIpykernel())
+        sys.argv = ["jutul_jkernel", "-f", "never-read.json"]
+        runpy.run_module("jutul_jkernel", run_name="__main__", alter_sys=True)
+        """
+    )
+    env = {**os.environ, "JUTUL_JKERNEL_JULIA_ARGS": f"-L {stall}"}
+    kernel = subprocess.Popen(
+        [sys.executable, "-c", probe], stdout=subprocess.PIPE, text=True, env=env
+    )
+    julia: list[psutil.Process] = []
+    try:
+        assert kernel.stdout is not None
+        assert kernel.stdout.readline().strip() == "held"
+        julia = [p for p in psutil.Process(kernel.pid).children() if "julia" in p.name()]
+        assert len(julia) == 1, julia
+        kernel.send_signal(signal.SIGTERM)
+        assert kernel.wait(ENTRY_BOUND) == -signal.SIGTERM
+        _, alive = psutil.wait_procs(julia, timeout=REAP_GRACE)
+        assert not alive, "the early Julia outlived its kernel's SIGTERM"
+    finally:
+        kernel.kill()  # a no-op once it was reaped
+        kernel.wait(ENTRY_BOUND)
+        if kernel.stdout is not None:
+            kernel.stdout.close()
+        for p in julia:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
 
 
 async def test_start_adopts_the_launched_julia() -> None:
@@ -83,6 +165,25 @@ async def test_start_adopts_the_launched_julia() -> None:
         assert _running(julia_descendants()) == [launched[0].pid]
     finally:
         await sup.shutdown()
+
+
+async def test_a_supervisor_adopts_the_julia_spawned_before_it_existed() -> None:
+    """The entry point's early Julia (spawned before the supervisor was imported) is the one
+    the supervisor starts and runs cells in, with the log it was spawned with."""
+    early = launch_from_env()
+    assert early is not None
+    sup = JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT)
+    try:
+        sup.adopt_early_launch(early)
+        await sup.start()
+        assert sup.pid == early.launch.popen.pid
+        assert sup.log_path == early.launch.log_path
+        result = await asyncio.wait_for(sup.execute("1+1"), CELL_BOUND)
+        assert result.text == "2"
+        assert _running(julia_descendants()) == [early.launch.popen.pid]
+    finally:
+        await sup.shutdown()
+    assert not early.log_dir.exists()  # the supervisor's to remove, as its own
 
 
 async def test_launch_with_other_settings_since_is_replaced() -> None:

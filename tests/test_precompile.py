@@ -29,6 +29,7 @@ from jutul_jkernel import _resources
 from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
 
 from .conftest import STARTUP_TIMEOUT
+from .supervisors import wait_until_warm
 
 pytestmark = pytest.mark.integration
 
@@ -269,6 +270,35 @@ async def test_the_first_inspect_compiles_nothing_of_the_help_system(
     compiled_lines = trace.read_text().splitlines()
     rendering = [line for line in compiled_lines if "Markdown." in line]
     assert not rendering, "\n".join(rendering)
+
+
+async def test_the_exit_at_a_shutdown_compiles_nothing_of_the_kernels(
+    compiled: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A shutdown or restart closes the socket and the listener exits: where the cache holds
+    native code, that exit compiles none of JKernel's methods (--trace-compile shows it). It
+    compiled release_workers there, which held the exit, and so every restart, by 0.1-0.6 s
+    on a loaded machine (precompile.jl)."""
+    if not uses_pkgimages():
+        pytest.skip("this Julia's package cache holds no native code (1.5-1.8, or --pkgimages=no)")
+    server, depot = compiled
+    monkeypatch.setattr(_resources, "server_script", lambda: server)
+    trace = tmp_path / "compiled.jl"
+    sup = JuliaSupervisor(
+        julia_args=[f"--trace-compile={trace}"],
+        startup_timeout=STARTUP_TIMEOUT,
+        env={"JUTUL_JKERNEL_DEPOT": str(depot)},
+    )
+    await sup.start()
+    try:
+        assert loaded_from(sup) == "cache", log_of(sup)
+        await wait_until_warm(sup)  # what the warm-up compiles is not the exit's
+        before = len(trace.read_text().splitlines())
+    finally:
+        await sup.shutdown()
+    at_exit = trace.read_text().splitlines()[before:]
+    ours = [line for line in at_exit if "JKernel." in line]
+    assert not ours, "\n".join(ours)
 
 
 async def test_a_changed_source_loads_from_source_and_recompiles(

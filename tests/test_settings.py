@@ -49,7 +49,7 @@ def _fresh_python(code: str, env: dict[str, str]) -> list[str]:
 _BUILD_THE_KERNELS_SUPERVISOR = """
     import sys
     import jutul_jkernel.jupyter.kernel  # the kernel class's module, as the app imports it
-    from jutul_jkernel.__main__ import supervisor_from_env
+    from jutul_jkernel.supervisor.from_env import supervisor_from_env  # as __main__ does
 
     supervisor = supervisor_from_env()  # builds it; launch() would start Julia
     print(type(supervisor).__name__)

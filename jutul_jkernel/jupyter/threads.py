@@ -13,7 +13,7 @@ With ipykernel 7.4 (6.x is alike) the kernel runs on these threads:
 - The **IOPub thread** sends what the others publish: ``session.send`` on the IOPub socket only
   queues a message for it (see :meth:`~jutul_jkernel.jupyter.publish.Publisher.backpressure`).
 - ipykernel's shell-channel and heartbeat threads, and the thread that waits for Julia's exit
-  (``ChildProcess``, supervisor/spawn.py), run none of the kernel's code.
+  (``ChildProcess``, supervisor/child_process.py), run none of the kernel's code.
 
 The main loop's tasks, futures and events, and the supervisor, belong to the main loop. The
 control thread and the signal handlers reach them only through :class:`MainLoop` (``spawn``

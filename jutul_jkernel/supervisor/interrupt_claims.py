@@ -20,8 +20,9 @@ import asyncio
 import contextlib
 import logging
 import shutil
-import tempfile
 from pathlib import Path
+
+from jutul_jkernel.supervisor.spawn import new_claims_dir
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +40,18 @@ class Claims:
         delivered twice, but none is lost."""
         if self.path is None:
             try:
-                # Absolute: Julia runs in another working directory (cwd) than a relative
-                # log directory is relative to.
-                self.path = Path(tempfile.mkdtemp(prefix="claims-", dir=beside)).absolute()
+                self.path = new_claims_dir(beside)
             except OSError as exc:
                 log.warning("no interrupt claims directory in %s: %s", beside, exc)
         return self.path
+
+    def take(self, path: Path) -> bool:
+        """Use ``path``, made by new_claims_dir for a Julia spawned early; False if this
+        supervisor has a directory already."""
+        if self.path is not None:
+            return False
+        self.path = path
+        return True
 
     def claim(self, request: int) -> bool:
         """Claim ``request`` for a SIGINT; False if Julia's listener claimed it for the INT

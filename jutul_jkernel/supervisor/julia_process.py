@@ -21,11 +21,12 @@ from typing import Any
 
 import psutil
 
+from jutul_jkernel.supervisor.child_process import ChildProcess
 from jutul_jkernel.supervisor.errors import JuliaDiedError
 from jutul_jkernel.supervisor.pipes import OutputPipes
 from jutul_jkernel.supervisor.post_mortem import death_error, keep_leftovers
 from jutul_jkernel.supervisor.replies import Replies
-from jutul_jkernel.supervisor.spawn import IS_WINDOWS, REAP_WAIT, ChildProcess
+from jutul_jkernel.supervisor.spawn import IS_WINDOWS, REAP_WAIT
 
 # Shutdown: after EOF on its socket the server exits by itself; a cell that never yields does not
 # see the EOF, so SIGTERM then SIGKILL follow. Together well inside jupyter_client's 2.5 s.

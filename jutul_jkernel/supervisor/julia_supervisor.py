@@ -43,6 +43,7 @@ from jutul_jkernel import settings
 from jutul_jkernel.protocol.wire import Decoder, Frame, FrameKind, encode
 from jutul_jkernel.supervisor import queries
 from jutul_jkernel.supervisor.beside import BesideExecutions
+from jutul_jkernel.supervisor.early_launch import EarlyLaunch
 from jutul_jkernel.supervisor.errors import JuliaDiedError, JuliaStartupError, describe_exit
 from jutul_jkernel.supervisor.execution_queue import ExecutionQueue
 from jutul_jkernel.supervisor.frame_payloads import encode_comm, encode_comm_beside
@@ -366,6 +367,15 @@ class JuliaSupervisor:
         if self._setting_error is not None:
             return  # start() reports it
         self._starter.launch(self._settings())
+
+    def adopt_early_launch(self, early: EarlyLaunch) -> None:
+        """Take a Julia spawned before this supervisor existed
+        (:func:`~jutul_jkernel.supervisor.early_launch.launch_from_env`), as if launch() had
+        spawned it: start() adopts it if its settings match, and shutdown() and kill_now()
+        end it. One this supervisor cannot take (it was started, launched, or given a log
+        directory) is discarded at once."""
+        if self._closed or self.alive or not self._starter.take_early(early):
+            early.discard()
 
     async def _spawn(self) -> None:
         j, launched = self._starter.adopt(self._settings())

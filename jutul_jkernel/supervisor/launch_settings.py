@@ -14,8 +14,6 @@ import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import psutil
-
 from jutul_jkernel import _resources, settings
 from jutul_jkernel.supervisor.juliaup import julia_argv
 
@@ -29,6 +27,14 @@ class LaunchSettings:
     threads: int | str | None
     cwd: str | os.PathLike[str] | None
     env: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def from_env(cls) -> LaunchSettings:
+        """What a supervisor made without arguments starts Julia with: the ``JUTUL_JKERNEL_*``
+        settings alone. ValueError for unbalanced quotes in ``$JUTUL_JKERNEL_JULIA_ARGS``."""
+        return cls(
+            settings.julia_command(), tuple(settings.julia_args()), settings.threads(), None, ()
+        )
 
     def argv(self, address: str) -> list[str]:
         # which() finds the PATH entry and keeps it as it is: juliaup's `julia` is a launcher
@@ -103,5 +109,34 @@ def asks_for_threads(julia_args: Iterable[str]) -> bool:
 
 def default_threads() -> int:
     """Physical cores minus one, at least one: the user's compute threads."""
-    cores = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    cores = _linux_cores() or _psutil_cores() or os.cpu_count() or 1
     return max(1, cores - 1)
+
+
+def _linux_cores() -> int | None:
+    """Physical cores as psutil counts them on Linux (psutil/_pslinux.py cpu_count_cores, its
+    first way: the distinct sibling lists of the CPUs' topologies), without importing psutil
+    before Julia is spawned (supervisor/early_launch.py); None where sysfs does not say."""
+    base = "/sys/devices/system/cpu"
+    try:
+        cpus = [name for name in os.listdir(base) if name.startswith("cpu") and name[3:].isdigit()]
+    except OSError:
+        return None
+    for leaf in ("core_cpus_list", "thread_siblings_list"):  # the newer name first
+        lists = set()
+        for cpu in cpus:
+            try:
+                with open(f"{base}/{cpu}/topology/{leaf}", "rb") as f:
+                    lists.add(f.read().strip())
+            except OSError:
+                continue
+        if lists:
+            return len(lists)
+    return None
+
+
+def _psutil_cores() -> int | None:
+    import psutil  # here: only where sysfs did not say (other systems)
+
+    cores: int | None = psutil.cpu_count(logical=False)
+    return cores

@@ -30,30 +30,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
-import secrets
 from collections.abc import Callable
 
 # Read up to this much per wake-up.
 _READ_BYTES = 1024 * 1024
-# Where Linux allows, the pipes hold this much rather than 64 KiB: fewer wake-ups in a flood,
-# and a C library blocks later. Not more: past a per-user total (pipe-user-pages-soft, 64 MiB
-# by default) Linux gives every new pipe of that user one page, and a server may run many
-# kernels.
-_PIPE_BYTES = 256 * 1024
 STREAMS = ("stdout", "stderr")
 # While paused, a wait for a marker reads this often.
 _PAUSED_POLL = 0.05
 
 
-def new_marker() -> str:
-    """A marker for one Julia process, as the hex digits Julia puts into its marker bytes."""
-    return secrets.token_hex(8)
-
-
-# Every marker is this prefix (with the process's hex digits) and a two-byte code. The codes
-# are read in julia/JKernel/src/capture.jl too: change both or neither.
+# Every marker is its process's prefix (spawn.py marker_prefix: fixed bytes and the process's
+# hex digits) and a two-byte code. The codes are read in julia/JKernel/src/capture.jl too:
+# change both or neither.
 DRAIN = b"\x1f\0"  # drain marker: a frame inside MRK <n> follows what came before the n-th
 TO_STDERR = b"e\0"  # on the stdout pipe: what follows is Julia's stderr ...
 TO_STDOUT = b"o\0"  # ... and from here on stdout again (the main cell's)
@@ -61,19 +50,6 @@ ROUTE = b"r\0"  # on the stdout pipe: what follows is the output of the executio
 _ROUTE_ARGS = 17  # after ROUTE: the execution's id in 16 hex digits, then b"o" or b"e"
 _CODES = (DRAIN, TO_STDERR, TO_STDOUT, ROUTE)
 _ROUTED_STREAMS = {ord("o"): "stdout", ord("e"): "stderr"}
-
-
-def marker_prefix(hex_digits: str) -> bytes:
-    return b"\0\x1fJJK" + hex_digits.encode("ascii")
-
-
-def make_pipe() -> tuple[int, int]:
-    """A pipe (read end non-blocking, for the event loop), enlarged where possible."""
-    r, w = os.pipe()
-    with contextlib.suppress(OSError, AttributeError):  # not Linux, or over the user's quota
-        fcntl.fcntl(r, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)  # type: ignore[attr-defined,unused-ignore]
-    os.set_blocking(r, False)
-    return r, w
 
 
 Piece = tuple[int, str, bytes, int]  # (drain markers before it, stream, bytes, route: 0 or an id)

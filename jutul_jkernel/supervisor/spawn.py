@@ -1,35 +1,46 @@
-"""Spawning Julia and reaping it: the process in a process group of its own, its fd 1 and fd 2
-as pipes for the supervisor to read, its log, and the thread that waits for its exit.
+"""Spawning Julia: the process in a process group of its own, its fd 1 and fd 2 as pipes for
+the supervisor to read (with the marker its output carries), and its log.
 
 :func:`spawn` needs no event loop, so that a kernel can start Julia before its slow imports
-(:meth:`JuliaSupervisor.launch`); what it returns, a :class:`Launch`, is what the starter
-adopts or discards. :class:`ChildProcess` is that Popen as the supervisor awaits it. Every
-signal of ours goes to Julia's own group, never to the supervisor's.
+(supervisor/early_launch.py, :meth:`JuliaSupervisor.launch`); what it returns, a
+:class:`Launch`, is what the starter adopts or discards. Being on that early path, this module
+imports no asyncio, logging or psutil (tests/test_early_launch.py checks what is loaded when
+Julia is spawned); the Popen as the supervisor awaits it, with the thread that reaps it, is
+supervisor/child_process.py. Every signal of ours goes to Julia's own group, never to the
+supervisor's.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import fcntl
 import os
 import signal
 import subprocess
 import sys
-import threading
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from jutul_jkernel import settings
 from jutul_jkernel.supervisor.errors import JuliaStartupError
 from jutul_jkernel.supervisor.launch_settings import LaunchSettings
-from jutul_jkernel.supervisor.pipes import make_pipe, marker_prefix, new_marker
 from jutul_jkernel.supervisor.rendezvous import Rendezvous
+
+# typing.TYPE_CHECKING without importing typing before Julia is spawned (mypy takes it as true)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 IS_WINDOWS = sys.platform == "win32"
 
 # How long a reap waits for Julia's exit once it was killed or closed its connection.
 REAP_WAIT = 2.0
+# Where Linux allows, the pipes hold this much rather than 64 KiB: fewer wake-ups in a flood,
+# and a C library blocks later. Not more: past a per-user total (pipe-user-pages-soft, 64 MiB
+# by default) Linux gives every new pipe of that user one page, and a server may run many
+# kernels.
+_PIPE_BYTES = 256 * 1024
 
 
 @dataclass
@@ -122,43 +133,43 @@ def spawn(chosen: LaunchSettings, token: str, log_path: Path, claims: Path | Non
     return Launch(popen, listener, token, log_path, pipe_fds, marker_prefix(marker), chosen)
 
 
-class ChildProcess:
-    """A ``subprocess.Popen`` as the supervisor awaits it: pid, returncode, ``await wait()``.
-
-    Julia is spawned with plain Popen so that it can be spawned before any event loop runs
-    (:meth:`JuliaSupervisor.launch`). A thread waits for its exit, as asyncio's own
-    ThreadedChildWatcher does for ``create_subprocess_exec``; it starts when the process is
-    adopted, on the loop that awaits it.
-    """
-
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
-        self._popen = popen
-        self.pid = popen.pid
-        loop = asyncio.get_running_loop()
-        self._exited: asyncio.Future[int] = loop.create_future()
-        threading.Thread(
-            target=self._reap, args=(loop,), name=f"reap-julia-{self.pid}", daemon=True
-        ).start()
-
-    def _reap(self, loop: asyncio.AbstractEventLoop) -> None:
-        code = self._popen.wait()
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-            loop.call_soon_threadsafe(_set_result, self._exited, code)
-
-    @property
-    def returncode(self) -> int | None:
-        return self._popen.returncode
-
-    async def wait(self) -> int:
-        return await asyncio.shield(self._exited)
-
-    def kill(self) -> None:
-        self._popen.kill()  # a no-op once reaped: never signals a reused pid
-
-    def terminate(self) -> None:
-        self._popen.terminate()
+def new_token() -> str:
+    """A one-time handshake token (supervisor/handshake.py): 32 hex digits."""
+    return os.urandom(16).hex()  # secrets.token_hex(16), without importing secrets
 
 
-def _set_result(future: asyncio.Future[int], code: int) -> None:
-    if not future.done():
-        future.set_result(code)
+def new_marker() -> str:
+    """A marker for one Julia process, as the hex digits Julia puts into its marker bytes."""
+    return os.urandom(8).hex()  # secrets.token_hex(8), without importing secrets
+
+
+def marker_prefix(hex_digits: str) -> bytes:
+    """The bytes every marker of that process starts with (supervisor/pipes.py reads them)."""
+    return b"\0\x1fJJK" + hex_digits.encode("ascii")
+
+
+def make_pipe() -> tuple[int, int]:
+    """A pipe (read end non-blocking, for the event loop), enlarged where possible."""
+    r, w = os.pipe()
+    with contextlib.suppress(OSError, AttributeError):  # not Linux, or over the user's quota
+        fcntl.fcntl(r, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)  # type: ignore[attr-defined,unused-ignore]
+    os.set_blocking(r, False)
+    return r, w
+
+
+def new_log_dir() -> Path:
+    """A fresh temporary directory for Julia's logs (and the claims directory beside them)."""
+    return Path(tempfile.mkdtemp(prefix="jutul-jkernel-"))
+
+
+def log_file(log_dir: Path, incarnation: int) -> Path:
+    """The log of this process's ``incarnation``-th Julia (1, 2, ...) in ``log_dir``."""
+    return log_dir / f"julia-{os.getpid()}-{incarnation}.log"
+
+
+def new_claims_dir(beside: Path) -> Path:
+    """A fresh interrupt claims directory in ``beside`` (supervisor/interrupt_claims.py);
+    OSError if it cannot be made."""
+    # Absolute: Julia runs in another working directory (cwd) than a relative log directory
+    # is relative to.
+    return Path(tempfile.mkdtemp(prefix="claims-", dir=beside)).absolute()

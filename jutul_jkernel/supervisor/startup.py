@@ -2,7 +2,8 @@
 with its handshake checked; and ended if the supervisor stops first.
 
 Until the supervisor holds it as its ``_julia``, a Julia is the starter's, in one of two hands:
-``launched`` (spawned by launch() before any event loop runs, waiting to be adopted) or
+``launched`` (spawned by launch() before any event loop runs, or taken from
+supervisor/early_launch.py, waiting to be adopted) or
 ``starting`` (adopted: a JuliaProcess whose connection is being accepted and checked). The
 supervisor lets ``starting`` go only once it holds that Julia, so that a shutdown or kill_now
 at any moment finds every Julia in one hand or the other, and none outlives the kernel. Each
@@ -14,23 +15,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import secrets
 import shutil
 import socket
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from jutul_jkernel import settings
 from jutul_jkernel.protocol.wire import Decoder, Frame
+from jutul_jkernel.supervisor.child_process import ChildProcess
+from jutul_jkernel.supervisor.early_launch import EarlyLaunch
 from jutul_jkernel.supervisor.errors import JuliaStartupError
 from jutul_jkernel.supervisor.handshake import accept_julia
 from jutul_jkernel.supervisor.interrupt_claims import Claims
 from jutul_jkernel.supervisor.julia_process import JuliaProcess
 from jutul_jkernel.supervisor.launch_settings import LaunchSettings
 from jutul_jkernel.supervisor.pipes import OutputPipes
-from jutul_jkernel.supervisor.spawn import ChildProcess, Launch, spawn
+from jutul_jkernel.supervisor.spawn import Launch, log_file, new_log_dir, new_token, spawn
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,20 @@ class JuliaStarter:
             self.launched = self._spawn(launch_settings)
         except JuliaStartupError as exc:
             log.debug("early launch failed; start() will try again: %s", exc)
+
+    def take_early(self, early: EarlyLaunch) -> bool:
+        """Take a Julia spawned before the supervisor existed (supervisor/early_launch.py) as
+        if launch() had spawned it, with its log directory and claims directory; False (and
+        nothing taken) if this starter already has a log directory or a Julia."""
+        if self.launched is not None or self._log_dir is not None or self._incarnation:
+            return False
+        if early.claims is None:
+            log.warning("no interrupt claims directory in %s", early.log_dir)
+        elif not self._claims.take(early.claims):
+            return False
+        self._log_dir, self._own_log_dir, self._incarnation = early.log_dir, True, 1
+        self.launched = early.launch
+        return True
 
     def adopt(self, launch_settings: LaunchSettings) -> tuple[JuliaProcess, Launch]:
         """The Julia to start, from now on ``starting``: the launched one if it was launched
@@ -141,14 +155,14 @@ class JuliaStarter:
 
     def _new_log(self) -> Path:
         if self._log_dir is None:
-            self._log_dir = Path(tempfile.mkdtemp(prefix="jutul-jkernel-"))
+            self._log_dir = new_log_dir()
             self._own_log_dir = True
         self._log_dir.mkdir(parents=True, exist_ok=True)
         self._incarnation += 1
-        return self._log_dir / f"julia-{os.getpid()}-{self._incarnation}.log"
+        return log_file(self._log_dir, self._incarnation)
 
     def _spawn(self, launch_settings: LaunchSettings) -> Launch:
         """Spawn Julia with a listener for it to connect to; no event loop needed."""
         log_path = self._new_log()
         claims = self._claims.make(log_path.parent)
-        return spawn(launch_settings, secrets.token_hex(16), log_path, claims)
+        return spawn(launch_settings, new_token(), log_path, claims)

@@ -70,6 +70,9 @@ function precompile_workload()
     precompile(flush_all, ())
     precompile(set_buffering!, (Bool,))
     precompile(drop_torn_sends, ())   # at the start of every cell
+    # the exit when the supervisor closes the socket (shutdown, restart): compiled there, it
+    # held up the exit by a tenth of a second or more on a loaded machine
+    precompile(release_workers, ())
 
     # a cell: parse, evaluate, output, result, error
     precompile(warm_up_steps, ())
