@@ -85,6 +85,10 @@ function serve(args)
     delete!(ENV, "JUTUL_JKERNEL_CLAIMS")
     watch_parent!()
     SOCK[] = connect_supervisor(address)
+    # RDY first: the supervisor gives a connection 5 s to say who it is (handshake.py), and
+    # what follows is compiled at run time when JKernel loads without a compile cache (a
+    # first start, or beside a kernel that is compiling it): seconds on a loaded machine.
+    send_frame(FrameKind.RDY, token)
 
     redirect_output!()
     # IJulia's "original" streams are where its log goes, not the notebook: here the log.
@@ -103,7 +107,6 @@ function serve(args)
     # and a SIGINT forced into the compiler leaves Julia unusable. ~10 ms here.
     precompile(handle_frame, (String, Int, Vector{SubString{String}}, Vector{UInt8}))
     precompile(forward_interrupt, ())
-    send_frame(FrameKind.RDY, token)
     send_frame(FrameKind.INF, "", json(Dict("julia_version" => string(VERSION), "pid" => getpid(),
                                     "julia_path" => running_julia_path(),
                                     "threads" => Threads.nthreads(),
