@@ -257,3 +257,29 @@ async def test_a_cell_that_goes_on_after_its_interrupt_gets_it_again(
     assert result.interrupt_path == "sigint", result
     assert result.state_kept and julia.pid == pid
     assert (await run(julia, "keep")).text == "3"
+
+
+def test_a_process_that_ended_unreaped_is_named_as_stopped() -> None:
+    """A process the stop ended is named even while its parent has not reaped it yet (a
+    zombie): a loaded machine keeps Julia, or a cell's shell, from reaping for longer than the
+    stop waits. Here the parent never reaps."""
+    import subprocess
+    import sys
+
+    from jutul_jkernel.supervisor import children
+
+    keeper = (
+        "import subprocess, time; p = subprocess.Popen(['sleep', '100']); "
+        "print(p.pid, flush=True); time.sleep(100)"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", keeper], stdout=subprocess.PIPE, text=True
+    ) as parent:
+        try:
+            assert parent.stdout is not None
+            child = psutil.Process(int(parent.stdout.readline()))
+            assert children.stop([child]) == [f"sleep (pid {child.pid})"]
+            assert child.status() == psutil.STATUS_ZOMBIE  # ended; its parent never reaped it
+        finally:
+            parent.kill()
+            parent.wait(10)

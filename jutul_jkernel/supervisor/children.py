@@ -14,6 +14,7 @@ detached is left alone: it asked to outlive the cell.
 from __future__ import annotations
 
 import os
+import time
 
 import psutil
 
@@ -125,11 +126,38 @@ def stop(procs: list[psutil.Process]) -> list[str]:
             proc.terminate()  # psutil refuses to signal a pid that now names another process
         except psutil.Error:
             names.pop(proc, None)
-    _, alive = psutil.wait_procs(list(names), timeout=_TERM_WAIT)
+    alive = _wait_ended(list(names), _TERM_WAIT)
     for proc in alive:
         try:
             proc.kill()
         except psutil.Error:
             continue
-    _, stuck = psutil.wait_procs(alive, timeout=_KILL_WAIT)
+    stuck = _wait_ended(alive, _KILL_WAIT)
     return [names[p] for p in procs if p in names and p not in stuck]
+
+
+def _wait_ended(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait up to ``timeout`` for ``procs`` to end; return those still running.
+
+    A process that has ended but that its parent has not reaped yet (a zombie) has ended:
+    the cell's processes are children of Julia or of its shells, which reap them only when
+    their event loop runs, and a loaded machine kept Julia's from running for longer than
+    the wait (psutil.wait_procs counts a zombie as alive: the shell that SIGKILL had ended
+    was reported as never stopped).
+    """
+    deadline = time.monotonic() + timeout
+    alive = procs
+    while True:
+        alive = [p for p in alive if not _ended(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.005)
+
+
+def _ended(proc: psutil.Process) -> bool:
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
