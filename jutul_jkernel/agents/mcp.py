@@ -49,6 +49,10 @@ from jutul_jkernel.supervisor.julia_options import add_julia_options
 
 # A call that runs longer is interrupted (state kept); a client may ask for more per call.
 _DEFAULT_TIMEOUT = 300.0
+# At end of input an MCP client gives the server 2 s before it kills it (the Python SDK's
+# stdio_client: PROCESS_TERMINATION_TIMEOUT), and a kill would leave its Julias to the
+# signal handler at best: every Julia is asked to end within this, and killed after it.
+_END_OF_INPUT_GRACE = 1.2
 _SVG_TIMEOUT = 30.0
 
 
@@ -210,7 +214,10 @@ async def serve(sessions: Sessions) -> None:
     try:
         await build_server(sessions).run_stdio_async()
     finally:
-        await sessions.close()
+        try:
+            await asyncio.wait_for(sessions.close(), _END_OF_INPUT_GRACE)
+        except asyncio.TimeoutError:
+            sessions.kill_now()
 
 
 # ---- command line ----
