@@ -807,6 +807,32 @@ async def test_first_interrupt_in_a_fresh_session(
     print(f"\n[interrupt] sleep, fresh session: {latency * 1000:.0f} ms, state kept")
 
 
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc (Linux)")
+async def test_a_yielding_cell_starved_of_cpu_is_interrupted_by_the_frame(
+    julia: JuliaSupervisor, start_signal: StartSignal
+) -> None:
+    """A sleeping cell whose Julia gets no CPU when the INT frame arrives (a loaded machine;
+    here Julia is stopped for 50 ms) is interrupted by the frame once it runs, not by a SIGINT
+    sent meanwhile to land in its event loop."""
+    assert (await run(julia, "keep = 42")).status == "ok"
+    task = asyncio.create_task(julia.execute(f"{start_signal.julia}; sleep(1000)"))
+    await started_or_ended(task, start_signal)
+    await asyncio.sleep(0.1)  # asleep in the event loop
+    pid = julia.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        interrupting = asyncio.create_task(julia.interrupt())
+        await asyncio.sleep(0.05)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    await interrupting
+    result = await asyncio.wait_for(task, INTERRUPT_BOUND)
+    assert result.status == "interrupted"
+    assert result.interrupt_path == "frame"
+    assert (await run(julia, "keep")).text == "42"
+
+
 # Interrupted this long after the cell started, a cold `] add` from a server that never answers
 # is compiling Pkg (Julia defers the SIGINT; a forced throw there crashed or wedged Julia, 4 of 4
 # times at 1 and 2 s before the supervisor waited for compiling to end) or, later, blocked in

@@ -49,6 +49,13 @@ _INT_ACK_MAX = 3.0
 # gets none either, however long it ran: a cell that compiles for a few milliseconds between
 # yields looks the same as one that never yields, and the frame stops it cleanly at its yield.
 _ACTIVITY_SAMPLE = 0.001
+# Where /proc shows the thread, the silence is also counted in its CPU time: on a loaded
+# machine a thread that the frame woke can wait longer than _INT_ACK_WAIT for a core, and a
+# SIGINT sent meanwhile lands where the frame was about to be read, in the event loop (a
+# fresh session's first interrupt went by SIGINT under load 9-10 in CI). Until the thread has
+# run _INT_ACK_WAIT since the frame, or this long has passed (a C call that polls, asleep
+# where the event loop would be, never runs), no SIGINT.
+_INT_ACK_STARVED = 0.25
 # The listener's ACK says only that the INT frame was handed to the cell. Code that catches the
 # interrupt can go on, or hang: Pkg's precompile (JuliaLang/julia release-1.12
 # base/precompilation.jl, and Pkg release-1.10 src/precompilation.jl) catches it in
@@ -225,14 +232,22 @@ class InterruptLadder:
 
 
 async def _acked_before_silence(j: JuliaProcess, it: Interrupt, ack: asyncio.Future[Any]) -> bool:
-    """Wait for the ACK while Julia keeps sending frames; False after _INT_ACK_WAIT of silence,
-    or as soon as a silent Julia's main thread shows that it is blocked in a C call."""
+    """Wait for the ACK while Julia keeps sending frames; False after _INT_ACK_WAIT of silence
+    (and, where /proc shows the thread, as much of its CPU time, or _INT_ACK_STARVED), or as
+    soon as a silent Julia's main thread shows that it is blocked in a C call."""
     loop = asyncio.get_running_loop()
     sent = loop.time()
     last = j.main_thread_activity()
     sampled = last is not None  # /proc shows the thread
+    ran_from = last.cpu_ns if last is not None else 0
     while True:
         until = min(max(sent, j.last_frame_at) + _INT_ACK_WAIT, sent + _INT_ACK_MAX)
+        if (
+            last is not None
+            and j.last_frame_at <= sent
+            and last.cpu_ns - ran_from < _INT_ACK_WAIT * 1e9
+        ):
+            until = max(until, min(loop.time(), sent + _INT_ACK_STARVED) + _ACTIVITY_SAMPLE)
         left = until - loop.time()
         if left <= 0:
             return ack.done() or it.result.done()
@@ -245,6 +260,7 @@ async def _acked_before_silence(j: JuliaProcess, it: Interrupt, ack: asyncio.Fut
             log.debug("execution %s: Julia cannot read the INT frame (%s)", it.execution, now)
             return False
         last = now
+        sampled = now is not None
 
 
 def _cannot_read(last: ThreadActivity | None, now: ThreadActivity | None) -> bool:
