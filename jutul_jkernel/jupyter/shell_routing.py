@@ -2,12 +2,13 @@
 
 The main loop reads the shell socket itself (jupyter/app.py; ipykernel's shell-channel thread
 is never started) and calls ``shell_main``. A message for the main shell goes to ipykernel's
-``shell_main`` and ``dispatch_shell``, but a kernel_info_request while a cell runs, answered
-beside it. A message for a subshell (messaging 5.5) runs as an asyncio task on the main loop,
-in order within its subshell and beside everything else (:mod:`.subshells` holds the records;
-the control thread's create, delete and list requests are here too); its cells go to Julia
-through ``JuliaSupervisor.execute_beside``. A message for a subshell that does not exist gets
-ipykernel's ``UnknownSubshellError`` reply, and a shell request with no handler an error reply.
+``shell_main`` and ``dispatch_shell``; a kernel_info_request that comes while a cell runs is
+answered beside it. A message for a subshell (messaging 5.5) runs as an asyncio task on the
+main loop, in order within its subshell and beside everything else (:mod:`.subshells` holds
+the records; the control thread's create, delete and list requests are here too); its cells go
+to Julia through ``JuliaSupervisor.execute_beside``. A message for a subshell that does not
+exist gets ipykernel's ``UnknownSubshellError`` reply, and a shell request with no handler an
+error reply.
 """
 
 from __future__ import annotations
