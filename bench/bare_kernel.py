@@ -20,7 +20,7 @@ class BareKernel(Kernel):  # type: ignore[misc]
     language_info = {"name": "none"}  # noqa: RUF012 - ipykernel reads the class attribute
     banner = "the floor of an ipykernel subclass"
     _execute_sleep = (
-        0.0  # ipykernel's pause before each reply (see jutul_jkernel/jupyter/kernel.py)
+        0.0  # ipykernel's pause before each reply (see jutul_jkernel/jupyter/execution.py)
     )
 
     async def do_execute(
