@@ -119,7 +119,7 @@ async def test_is_complete_answers_as_the_parse_of_the_cell() -> None:
         code = (
             f"corpus = {_julia_strings(CORPUS)}\n"
             "used = isdefined(Base, :JuliaSyntax) ? "
-            "JKernel.syntax_status(\"function f(x)\") !== nothing : true\n"
+            'JKernel.syntax_status("function f(x)") !== nothing : true\n'
             "differ = [(c, JKernel.syntax_status(c), JKernel.parsed_status(c)) for c in corpus\n"
             "          if JKernel.syntax_status(c) !== nothing &&\n"
             "             JKernel.syntax_status(c) != JKernel.parsed_status(c)]\n"
@@ -156,11 +156,7 @@ async def test_the_first_is_complete_compiles_nothing_of_the_parser(tmp_path: Pa
         assert left.text == "true", "the warm-up had parsed its syntax error already"
     finally:
         await sup.shutdown()
-    parser = [
-        line
-        for line in trace.read_text().splitlines()
-        if "JuliaSyntax" in line
-    ]
+    parser = [line for line in trace.read_text().splitlines() if "JuliaSyntax" in line]
     assert not parser, "\n".join(parser)
 
 
