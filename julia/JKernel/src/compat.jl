@@ -72,6 +72,57 @@ function parse_cell(code::String, filename::String)
     end
 end
 
+"""
+    syntax_status(code) -> "complete", "incomplete", "invalid", or nothing
+
+is_complete's answer for `code` read from JuliaSyntax's parse stream, as its parser hook
+decides it for `parse_cell` (base/JuliaSyntax/src/hooks.jl, `core_parser_hook`, release-1.10
+and release-1.12; master's JuliaSyntax/src/integration/hooks.jl the same): a stream with an
+error becomes an `:incomplete` Expr when `_incomplete_tag` names what is left open (looked
+for up to the last byte that is not whitespace or a comment where the stream can say,
+`last_non_whitespace_byte`, release-1.12 and master; else the code's last byte, release-1.10),
+and an `:error` otherwise. Asked through the hook on 1.10, that error path ran methods the
+system image holds inferred but not compiled (`_has_nested_error` and what it reaches, the
+`findfirst`, `resize!` and `any` of the top-level truncation), 0.1-0.3 s of the first
+is_complete of unfinished code in every session; these calls are all compiled in the image
+(as IJulia's `Meta.parse` path is), and give the status without building the error message.
+`nothing` where the parser is not JuliaSyntax's hook (1.5: flisp; `JULIA_USE_FLISP_PARSER=1`;
+a parser of the user's) or one of these is missing: the caller then parses with `parse_cell`.
+"""
+function syntax_status(code::String)
+    isdefined(Base, :JuliaSyntax) && isdefined(Core, :_parse) || return nothing
+    syntax = getfield(Base, :JuliaSyntax)
+    for name in (:core_parser_hook, :ParseStream, :parse!, :any_error, :build_tree, :SyntaxNode,
+                 :_incomplete_tag)
+        isdefined(syntax, name) || return nothing
+    end
+    runs_hook(getfield(Core, :_parse), syntax.core_parser_hook, syntax) || return nothing
+    stream = syntax.ParseStream(code, 1)
+    syntax.parse!(stream; rule = :all)
+    syntax.any_error(stream) || return "complete"
+    codelen = isdefined(syntax, :last_non_whitespace_byte) ?
+        Int(syntax.last_non_whitespace_byte(stream)) : lastindex(code)
+    tree = syntax.build_tree(syntax.SyntaxNode, stream; first_line = 1, filename = "cell")
+    return syntax._incomplete_tag(tree, codelen) === :none ? "invalid" : "incomplete"
+end
+
+"""
+Whether `parser` (`Core._parse`) runs JuliaSyntax's `hook`: the hook itself, or the closure
+Base installs at start-up (`enable_in_core!` -> `fix_world_age(core_parser_hook, world)`, a
+closure of JuliaSyntax's over the closure of its keyword arguments, which captures the hook).
+"""
+function runs_hook(parser, hook, syntax::Module)
+    parser === hook && return true
+    parentmodule(typeof(parser)) === syntax || return false
+    for i in 1:nfields(parser)
+        inner = getfield(parser, i)
+        inner === hook && return true
+        inner isa Function && parentmodule(typeof(inner)) === syntax &&
+            any(j -> getfield(inner, j) === hook, 1:nfields(inner)) && return true
+    end
+    return false
+end
+
 """Julia 1.9 and newer keep `err` in `Base.MainInclude`, which Main uses."""
 main_include_has(name::Symbol) = isdefined(Base, :MainInclude) && isdefined(Base.MainInclude, name)
 

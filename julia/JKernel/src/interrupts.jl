@@ -87,6 +87,18 @@ function claim_interrupt(request::Int)
     end
 end
 
+"""The interrupt sink's task (install_interrupt_sink!): wait forever, forward interrupts."""
+function interrupt_sink_loop()
+    while true
+        try
+            wait()
+        catch e
+            e isa InterruptException ? forward_interrupt() :
+                diag("interrupt sink got ", sprint(showerror, e))
+        end
+    end
+end
+
 """
     install_interrupt_sink!()
 
@@ -96,14 +108,8 @@ An interrupt that lands in a finished task reaches `Base.task_done_hook`, which 
 forever and forwards what it receives.
 """
 function install_interrupt_sink!()
-    sink = @async while true
-        try
-            wait()
-        catch e
-            e isa InterruptException ? forward_interrupt() :
-                diag("interrupt sink got ", sprint(showerror, e))
-        end
-    end
+    # schedule(Task(f)), not `@async`: its closure was compiled at every start (10-40 ms)
+    sink = schedule(Task(interrupt_sink_loop))
     # The REPL's backends start with its default transforms, `REPL.softscope` first, so a
     # loop in a cell updates a global as it does at the prompt and in IJulia.
     BACKEND[] = Backend(sink, true, default_ast_transforms(SOFTSCOPE[]))

@@ -34,6 +34,7 @@ function precompile_workload()
     precompile(redirect_output!, ())
     precompile(set_up_main!, ())
     precompile(install_interrupt_sink!, ())
+    precompile(interrupt_sink_loop, ())
     precompile(stdio_context, (Base.PipeEndpoint, Bool, String))
     precompile(Base.flush, (PIPE_STDIO,))
     precompile(Base.println, (PIPE_STDIO, String))
@@ -69,6 +70,11 @@ function precompile_workload()
     precompile(drain_output, (Bool,))
     precompile(flush_all, ())
     precompile(set_buffering!, (Bool,))
+    # what set_buffering! reaches in Base by runtime dispatch (the workload cannot run it: no
+    # pipes), compiled at run time otherwise
+    precompile(Base.buffer_writes, (Base.PipeEndpoint, Int))
+    precompile(Base.bytesavailable, (IOBuffer,))
+    precompile(print, (PIPE_STDIO, String, Char))
     precompile(drop_torn_sends, ())   # at the start of every cell
     # the exit when the supervisor closes the socket (shutdown, restart): compiled there, it
     # held up the exit by a tenth of a second or more on a loaded machine
@@ -76,6 +82,13 @@ function precompile_workload()
 
     # a cell: parse, evaluate, output, result, error
     precompile(warm_up_steps, ())
+    precompile(still_idle, (Int,))
+    precompile(run_step, (Any,))
+    # each warm-up step's own code (its closure): compiled at run time, that was ~40-70 ms of
+    # each step, which a query that came meanwhile waited for
+    for (_, step) in warm_up_steps()
+        precompile(step, ())
+    end
     precompile(evaluate, (Int, String, String, Bool))
     precompile(run_cell, (Module, String, String, Int))
     precompile(run_cell, (Module, String, String))
@@ -83,7 +96,10 @@ function precompile_workload()
     precompile(eval_cell, (Module, String, String))
     precompile(mode_line, (String,))
     precompile(cell_number, (String, Int))
-    precompile(local_ijulia_imports, (Expr,))
+    for T in (Expr, QuoteNode, Symbol, LineNumberNode, Int, String)   # a cell's AST, node by node
+        precompile(local_ijulia_imports, (T,))
+    end
+    precompile(release_workers, ())   # at every end, on the socket's EOF
     precompile(ijulia_path_lacking, (Expr,))
     precompile(run_startup_files, ())
     precompile(compile_worker_handling, ())
@@ -136,6 +152,8 @@ function precompile_workload()
 
     # queries
     precompile(answer_query, (String, String, Int))
+    precompile(syntax_status, (String,))
+    precompile(parsed_status, (String,))
     precompile(completion_string, (REPL.REPLCompletions.ModuleCompletion,))
     precompile(next_indent, (String,))
     precompile(identifier_at, (String, Int))

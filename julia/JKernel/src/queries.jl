@@ -44,22 +44,29 @@ function answer_query(op::String, code::String, cursor::Int)
         data = Dict("text/plain" => plain, "text/markdown" => sprint(show, MIME("text/markdown"), md))
         return Dict("found" => found, "data" => data)
     elseif op == "is_complete"
-        ex = parse_cell(code, "cell")
-        if ex isa Expr && ex.head === :incomplete
-            return Dict("status" => "incomplete", "indent" => next_indent(code))
-        elseif ex isa Expr && (ex.head === :error || ex.head === :toplevel &&
-                                any(a -> a isa Expr && a.head in (:error, :incomplete), ex.args))
-            any(a -> a isa Expr && a.head === :incomplete, ex.args) &&
-                return Dict("status" => "incomplete", "indent" => next_indent(code))
-            return Dict("status" => "invalid")
-        end
-        return Dict("status" => "complete")
+        status = syntax_status(code)
+        status === nothing && (status = parsed_status(code))
+        status == "incomplete" && return Dict("status" => status, "indent" => next_indent(code))
+        return Dict("status" => status)
     elseif op == "comm_target"
         # Whether a comm_open to this target would be taken (comms.jl), asked while a cell
         # runs: the kernel closes one nobody takes at once instead of queueing it.
         return Dict("known" => knows_target(Symbol(code)))
     end
     return Dict("error" => "unknown query $(repr(op))")
+end
+
+"""is_complete's answer from the parse of `code` as a cell (where `syntax_status` has none)."""
+function parsed_status(code::String)
+    ex = parse_cell(code, "cell")
+    if ex isa Expr && ex.head === :incomplete
+        return "incomplete"
+    elseif ex isa Expr && (ex.head === :error || ex.head === :toplevel &&
+                            any(a -> a isa Expr && a.head in (:error, :incomplete), ex.args))
+        any(a -> a isa Expr && a.head === :incomplete, ex.args) && return "incomplete"
+        return "invalid"
+    end
+    return "complete"
 end
 
 is_ident_char(c::Char) = Base.is_id_char(c) || c == '.' || c == '!' || c == '@'

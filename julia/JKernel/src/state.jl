@@ -85,8 +85,9 @@ end
 
 The flusher's word that Julia has been idle for a whole `IDLE_BEFORE_WARM_UP`: the evaluation
 loop may run one warm-up step. It travels in QUEUE, the one thing the loop waits on, so it can
-never overtake a request queued before it; the loop drops it when a request is waiting behind
-it, or when an evaluation was taken since the idle interval began (`generation`).
+never overtake a request queued before it; the loop drops it when a request or a query is
+waiting behind it, read or not, or when one was taken since the idle interval began
+(`generation`).
 """
 struct WarmUpTick
     generation::Int  # IDLE_GENERATION when the idle interval began
@@ -106,7 +107,9 @@ const INTERRUPTED_BEFORE_START = Ref(0) # id of a queued evaluation interrupted 
 const INPUT_WAIT = Ref{Union{Nothing,Channel{Any}}}(nothing)   # where TXT / NIN go while an
                                                                # INP waits for its answer
 const THREAD_ONE_WORK = Channel{Tuple{Any,Channel{Any}}}(Inf)  # on_thread_one: (f, answer)
-const IDLE_GENERATION = Ref(0)         # evaluations taken so far: dates a WarmUpTick
+const IDLE_GENERATION = Ref(0)         # requests taken so far (evaluations, comm messages,
+                                       # queries taken and answered): dates a WarmUpTick
+const WARM_UP = Pair{String,Any}[]    # the warm-up steps still to run, by name (eval.jl)
 const WARMING = Ref(true)              # warm-up steps remain
 
 # ---- evaluations beside the main one: a subshell's cells and comm messages (beside.jl) ----

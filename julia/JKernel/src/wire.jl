@@ -102,6 +102,7 @@ function query_loop()
     guarded("queries") do
         while true
             id, op, code, cursor = take!(QUERIES)
+            IDLE_GENERATION[] += 1   # no warm-up step starts while a query is answered
             answer = try
                 # latest world: completion must see methods (propertynames...) users define
                 Base.invokelatest(answer_query, op, code, cursor)
@@ -110,6 +111,7 @@ function query_loop()
                 Dict("error" => sprint(showerror, e))
             end
             send_frame(FrameKind.ANS, string(id), json(answer))
+            IDLE_GENERATION[] += 1   # ... nor until a whole idle interval after it
         end
     end
 end
