@@ -99,7 +99,6 @@ function precompile_workload()
     for T in (Expr, QuoteNode, Symbol, LineNumberNode, Int, String)   # a cell's AST, node by node
         precompile(local_ijulia_imports, (T,))
     end
-    precompile(release_workers, ())   # at every end, on the socket's EOF
     precompile(ijulia_path_lacking, (Expr,))
     precompile(run_startup_files, ())
     precompile(compile_worker_handling, ())
