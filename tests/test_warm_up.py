@@ -24,9 +24,10 @@ from .supervisors import run, wait_until_warm
 pytestmark = pytest.mark.integration
 
 QUERY_BOUND = 60.0
-# A step (a function and its arguments) that holds Julia's thread without yielding (as compiling or reading debug information
-# does), after creating the file HELD; then one that records that it ran. A completion of
-# `warm_up_probe.` records when the query is answered (propertynames runs in the latest world).
+# A step (a function and its arguments) that holds Julia's thread without yielding (as
+# compiling or reading debug information does), after creating the file HELD; then one that
+# records that it ran. A completion of `warm_up_probe.` records when the query is answered
+# (propertynames runs in the latest world).
 SETUP = """
 struct WarmUpProbe end
 const warm_up_events = Symbol[]
