@@ -24,9 +24,10 @@ from .supervisors import run, wait_until_warm
 pytestmark = pytest.mark.integration
 
 QUERY_BOUND = 60.0
-# A step that holds Julia's thread without yielding (as compiling or reading debug information
-# does), after creating the file HELD; then one that records that it ran. A completion of
-# `warm_up_probe.` records when the query is answered (propertynames runs in the latest world).
+# A step (a function and its arguments) that holds Julia's thread without yielding (as
+# compiling or reading debug information does), after creating the file HELD; then one that
+# records that it ran. A completion of `warm_up_probe.` records when the query is answered
+# (propertynames runs in the latest world).
 SETUP = """
 struct WarmUpProbe end
 const warm_up_events = Symbol[]
@@ -35,8 +36,8 @@ Base.propertynames(::WarmUpProbe, private::Bool=false) =
 warm_up_probe = WarmUpProbe()
 empty!(JKernel.WARM_UP)
 push!(JKernel.WARM_UP,
-      "hold" => () -> (touch(HELD); Libc.systemsleep(3.0)),
-      "record" => () -> push!(warm_up_events, :step))
+      "hold" => (() -> (touch(HELD); Libc.systemsleep(3.0)),),
+      "record" => (() -> push!(warm_up_events, :step),))
 JKernel.WARMING[] = true
 nothing
 """

@@ -305,32 +305,21 @@ Base compiles or loads for it: showing an error reads Julia's debug information 
 """
 function warm_up_steps()
     scratch = Module(:JKernelWarmUp)
-    cell(code) = code => () -> begin
-        outcome = run_cell(scratch, code, "warm-up")
-        report = outcome.report
-        report === nothing ||
-            json(Dict("ename" => report.ename, "traceback" => split(report.traceback, '\n')))
-        outcome.rich === nothing || json(Dict("data" => outcome.rich))
-        capped(outcome.text)
-    end
+    cell(code) = code => (warm_cell, scratch, code)
     return Pair{String,Any}[
         # jupyter console gives is_complete 1 s, and asks it as soon as the user presses Enter
-        "is_complete" => () -> answer_query("is_complete", "function f(x)", 0),
+        "is_complete" => (answer_query, "is_complete", "function f(x)", 0),
         # A widget manager's first comm_open asks this while a cell may run; the kernel waits
         # 1 s for the answer (jupyter/comms.py _COMM_TARGET_WAIT), and cold it took 0.3 s even after
         # the other steps, 3.6 s in a fresh session, on a loaded machine.
-        "comm_target" => () -> json(answer_query("comm_target", "jkernel_warm_up", 0)),
+        "comm_target" => (answer_query, "comm_target", "jkernel_warm_up", 0),
         # A cell printing heavily switches to buffered writes, where println is Base's: compiled
         # at the switch, that stalls Julia ~35 ms mid-flood (1.5.3), and an interrupt arriving
         # then finds neither output nor an answer to its frame, so it goes by SIGINT.
-        "buffered writes" => () -> (send_mark(drain_output()); set_buffering!(true);
-                                    set_buffering!(false);
-                                    precompile(print, (StdioContext, String, Char))),
+        "buffered writes" => (warm_buffering,),
         cell("1 + 1"),
         # a subshell's cell: its context, as every task it starts finds it (beside.jl)
-        "subshell cell" => () -> (c = EvalCtx(0, current_task(), false, false, false, UInt8[],
-                                              UInt8[]);
-            with_ctx(() -> capped(run_cell(scratch, "1 + 1", "warm-up", 0, c).text), c)),
+        "subshell cell" => (warm_subshell_cell, scratch),
         cell("error(\"e\")"),
         cell("throw(InterruptException())"),
         cell("[1, 2]"),
@@ -343,10 +332,34 @@ function warm_up_steps()
         cell("Dict(\"a\" => 1)"),
         # a cell with a syntax error: on 1.10 the parser's error path compiles at run time
         # (compat.jl, syntax_status says why; is_complete no longer takes that path)
-        "syntax error" => () -> parse_cell("function f(x)", "warm-up"),
-        "complete" => () -> answer_query("complete", "prin", 4),
-        "inspect" => () -> answer_query("inspect", "sum", 3),
+        "syntax error" => (parse_cell, "function f(x)", "warm-up"),
+        "complete" => (answer_query, "complete", "prin", 4),
+        "inspect" => (answer_query, "inspect", "sum", 3),
     ]
+end
+
+# The warm-up's steps are a function and its arguments, not closures: each closure's code was
+# compiled at run time (40-70 ms a step), and precompiling them (precompile.jl) doubled the
+# inference the compile cache's workload records, ~25 s more of every compile on 1.10.
+function warm_cell(scratch::Module, code::String)
+    outcome = run_cell(scratch, code, "warm-up")
+    report = outcome.report
+    report === nothing ||
+        json(Dict("ename" => report.ename, "traceback" => split(report.traceback, '\n')))
+    outcome.rich === nothing || json(Dict("data" => outcome.rich))
+    capped(outcome.text)
+end
+
+function warm_buffering()
+    send_mark(drain_output())
+    set_buffering!(true)
+    set_buffering!(false)
+    precompile(print, (StdioContext, String, Char))
+end
+
+function warm_subshell_cell(scratch::Module)
+    c = EvalCtx(0, current_task(), false, false, false, UInt8[], UInt8[])
+    with_ctx(() -> capped(run_cell(scratch, "1 + 1", "warm-up", 0, c).text), c)
 end
 
 function eval_loop()
@@ -370,11 +383,11 @@ function eval_loop()
     end
 end
 
-"""Run one warm-up step in the latest world (a step may be newer than this task), ignoring its
-errors as `quietly` does; one method for every step."""
-function run_step(@nospecialize(step))
+"""Run one warm-up step, a function and its arguments, in the latest world (a step may be newer
+than this task), ignoring its errors as `quietly` does; one method for every step."""
+function run_step(@nospecialize(step::Tuple))
     try
-        Base.invokelatest(step)
+        Base.invokelatest(step...)
     catch e
         e isa InterruptException && rethrow()
     end

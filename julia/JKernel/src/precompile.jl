@@ -83,12 +83,12 @@ function precompile_workload()
     # a cell: parse, evaluate, output, result, error
     precompile(warm_up_steps, ())
     precompile(still_idle, (Int,))
-    precompile(run_step, (Any,))
-    # each warm-up step's own code (its closure): compiled at run time, that was ~40-70 ms of
-    # each step, which a query that came meanwhile waited for
-    for (_, step) in warm_up_steps()
-        precompile(step, ())
-    end
+    precompile(run_step, (Tuple,))
+    # the warm-up's own steps (eval.jl): compiled at run time, each was 40-70 ms that a query
+    # arriving meanwhile waited for
+    precompile(warm_cell, (Module, String))
+    precompile(warm_buffering, ())
+    precompile(warm_subshell_cell, (Module,))
     precompile(evaluate, (Int, String, String, Bool))
     precompile(run_cell, (Module, String, String, Int))
     precompile(run_cell, (Module, String, String))

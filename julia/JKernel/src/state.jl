@@ -109,7 +109,7 @@ const INPUT_WAIT = Ref{Union{Nothing,Channel{Any}}}(nothing)   # where TXT / NIN
 const THREAD_ONE_WORK = Channel{Tuple{Any,Channel{Any}}}(Inf)  # on_thread_one: (f, answer)
 const IDLE_GENERATION = Ref(0)         # requests taken so far (evaluations, comm messages,
                                        # queries taken and answered): dates a WarmUpTick
-const WARM_UP = Pair{String,Any}[]    # the warm-up steps still to run, by name (eval.jl)
+const WARM_UP = Pair{String,Any}[]    # the warm-up steps still to run: name => (f, args...)
 const WARMING = Ref(true)              # warm-up steps remain
 
 # ---- evaluations beside the main one: a subshell's cells and comm messages (beside.jl) ----
