@@ -223,16 +223,6 @@ async def test_output_ending_like_a_marker_stays_with_its_execution(
         assert second.text() == "next"
 
 
-async def test_an_execution_that_prints_nothing_writes_no_marker(julia: JuliaSupervisor) -> None:
-    """A cell whose output was all read already ends without a marker in the pipes (Linux):
-    its result goes in MRK 0, and the supervisor reads no pipe for it."""
-    before = (await run(julia, "JKernel.MARKS_SENT[]")).text
-    for _ in range(3):
-        await run(julia, "1 + 1")
-    after = (await run(julia, "JKernel.MARKS_SENT[]")).text
-    assert after == before
-
-
 async def test_large_and_binary_output_arrive_intact(
     julia: JuliaSupervisor, output: Output
 ) -> None:

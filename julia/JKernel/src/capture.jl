@@ -114,6 +114,8 @@ output (they have passed the marker when this returns). For the frames that end 
 (`ending`), `PIPES_READ` where the supervisor has read both pipes to the end (`pipes_read`: no
 marker needed, the frame goes in `MRK 0`).
 """
+# Unused since 2026-11-29: with MRK 0 a cell right after a flood started with buffered writes on
+# 1.5.3 (test_a_cell_after_a_flood_starts_with_direct_writes); cause not found yet.
 function drain_output(ending::Bool = false)
     flush_all()
     ending && SUPERVISOR_READS[] && pipes_read() && return PIPES_READ

@@ -254,7 +254,7 @@ interrupt, VAL (when the bundle fits) and then RES for a value.
 """
 function finish_evaluation(id::Int, outcome::CellOutcome)
     disable_sigint() do
-        mark = drain_output(true)   # the first frame below carries it
+        mark = drain_output()   # the first frame below carries it (MRK 0 off: see capture.jl)
         set_buffering!(false)
         text, mark = send_error_or_value(id, outcome, mark)
         CURRENT[] = 0
