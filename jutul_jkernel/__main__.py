@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import faulthandler
 import os
 import signal
 import sys
@@ -26,6 +27,11 @@ if TYPE_CHECKING:
 
 
 def main() -> None:
+    # `kill -USR1 <kernel pid>`: every Python thread's stack on stderr (the Jupyter server's
+    # log), for a kernel that seems hung (docs/troubleshooting.md); the test of JupyterLab asks
+    # for it when a step times out. faulthandler is built in, and writes from the signal handler
+    # itself, so a main loop that never returns still gets reported.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     early = launch_from_env()
     if early is not None:
         # Should ipykernel fail to import or to set up (or print --help and exit), or a SIGTERM

@@ -53,6 +53,25 @@ SESSION_MARK = secrets.token_hex(8)
 os.environ["JKERNEL_TEST_SESSION"] = SESSION_MARK
 
 
+# Each phase's report of the test being run, for a fixture that explains a failure in its
+# teardown (test_jupyterlab.py's `lab`): ``failed(request.node)``.
+PHASE_REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Iterator[pytest.TestReport]:
+    report = yield
+    item.stash.setdefault(PHASE_REPORTS, {})[report.when] = report
+    return report
+
+
+def failed(item: pytest.Item) -> bool:
+    """Whether the test's set-up or body failed (for a fixture's teardown)."""
+    return any(r.failed for r in item.stash.get(PHASE_REPORTS, {}).values())
+
+
 def _is_julia(p: psutil.Process) -> bool:
     return "julia" in p.name() or any("server.jl" in a for a in p.cmdline())
 

@@ -38,6 +38,8 @@ from typing import Any
 import psutil
 import pytest
 
+from .conftest import failed
+
 try:
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import Locator, Page, expect, sync_playwright
@@ -202,9 +204,26 @@ def _stop_lab(server: LabServer) -> list[psutil.Process]:
     return alive
 
 
+def _explain_failure(server: LabServer) -> None:
+    """After a failed step: each kernel writes its threads' stacks into the server's log
+    (SIGUSR1, jutul_jkernel/__main__.py), and the log's end is printed (pytest shows it with
+    the failure), so that a kernel that hung says where."""
+    try:
+        tree = psutil.Process(server.process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        tree = []
+    for p in tree:
+        with contextlib.suppress(psutil.Error):
+            if "jutul_jkernel" in " ".join(p.cmdline()):
+                p.send_signal(signal.SIGUSR1)
+    time.sleep(1.0)  # the handler writes at once; the log is a file the server shares
+    print(f"[jupyterlab] the server's log ({server.log}) ends with:\n{server.log_tail(150)}")
+
+
 @pytest.fixture
-def lab(tmp_path: Path) -> Iterator[LabServer]:
-    """A private JupyterLab on a free loopback port, shut down (kernels and all) afterwards."""
+def lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LabServer]:
+    """A private JupyterLab on a free loopback port, shut down (kernels and all) afterwards;
+    after a failure, with its kernels' stacks and its log printed."""
     env = _lab_environment(tmp_path)
     root = tmp_path / "notebooks"
     root.mkdir()
@@ -250,6 +269,8 @@ def lab(tmp_path: Path) -> Iterator[LabServer]:
             time.sleep(0.2)
         yield server
     finally:
+        if failed(request.node):
+            _explain_failure(server)
         leftovers = _stop_lab(server)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         (ARTIFACTS / "jupyterlab-server.log").write_bytes(log.read_bytes())
@@ -637,11 +658,16 @@ def test_a_subshell_console_and_a_slider_reach_a_running_loop(lab: LabServer, pa
 
     # 2. A loop that counts in a global and reads the slider, until the slider is at 8.
     loop = nb.run(
-        "global x = 0; while slider_value[] != 8; global x += 1; sleep(0.05); end; "
+        'global x = 0; println("looping"); '
+        "while slider_value[] != 8; global x += 1; sleep(0.05); end; "
         '"ended at $(slider_value[])"',
         wait=False,
     )
     expect(prompt(loop)).to_have_text("[*]:", timeout=_UI_MS)
+    # [*] shows as soon as the cell is sent; `x` exists once the cell has begun (it may wait
+    # for the warm-up step Julia is running: 1.5.3 compiles each at run time).
+    looping = outputs(loop, "application/vnd.jupyter.stdout").filter(has_text="looping")
+    looping.wait_for(timeout=_CELL_MS)
 
     # 3. The notebook's subshell console (its context menu; shown only for a kernel that lists
     # "kernel subshells"): `x` answers while the loop runs, a larger number each time.
