@@ -223,6 +223,16 @@ async def test_output_ending_like_a_marker_stays_with_its_execution(
         assert second.text() == "next"
 
 
+async def test_an_execution_that_prints_nothing_writes_no_marker(julia: JuliaSupervisor) -> None:
+    """A cell whose output was all read already ends without a marker in the pipes (Linux):
+    its result goes in MRK 0, and the supervisor reads no pipe for it."""
+    before = (await run(julia, "JKernel.MARKS_SENT[]")).text
+    for _ in range(3):
+        await run(julia, "1 + 1")
+    after = (await run(julia, "JKernel.MARKS_SENT[]")).text
+    assert after == before
+
+
 async def test_large_and_binary_output_arrive_intact(
     julia: JuliaSupervisor, output: Output
 ) -> None:
@@ -273,18 +283,34 @@ async def test_no_line_is_lost_when_write_buffering_goes_off(
 
 
 FLOOD_PAIRS = 12
+SHORT_FLOOD = 'for i in 1:3000; println("flood ", i); end'
+LONG_FLOOD = 'for i in 1:30_000; println("flood ", i); i % 1000 == 0 && sleep(0.01); end'
 
 
-async def test_a_cell_after_a_flood_starts_with_direct_writes(julia: JuliaSupervisor) -> None:
+async def test_a_cell_after_a_flood_starts_with_direct_writes() -> None:
     """Write buffering follows the running cell's own rate: a cell that starts right after a
     flood does not inherit buffered writes from bytes the flood printed (its lines would wait
-    for the next flush instead of showing as printed)."""
-    inherited = 0
-    for _ in range(FLOOD_PAIRS):
-        assert (await run(julia, 'for i in 1:3000; println("flood ", i); end')).status == "ok"
-        # three flusher ticks: enough to buffer on an inherited count, too few to switch back
-        inherited += (await run(julia, "sleep(0.15); JKernel.BUFFERED[]")).text == "true"
+    for the next flush instead of showing as printed).
+
+    A Julia of its own: the first flood of a fresh session ran while the flusher's idle
+    interval, begun before it, was still open, and that interval's bytes counted as a rate
+    once the flood had ended (every time, until the flusher demanded that one cell ran the
+    whole interval)."""
+    inherited = buffered = 0
+    async with JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT) as julia:
+        for pair in range(FLOOD_PAIRS):
+            # a burst shorter than a flusher interval, and then a flood that lasts several
+            # (~55 KB an interval: buffering goes on while it runs, and must go off at its end)
+            flood = SHORT_FLOOD if pair % 2 == 0 else LONG_FLOOD
+            flooded = await run(julia, flood + "; JKernel.BUFFERED[]")
+            assert flooded.status == "ok", flooded
+            buffered += flooded.text == "true"
+            # three flusher ticks: enough to buffer on an inherited count, too few to switch
+            # back
+            inherited += (await run(julia, "sleep(0.15); JKernel.BUFFERED[]")).text == "true"
     assert inherited == 0, f"{inherited} of {FLOOD_PAIRS} cells started buffered"
+    # else the test could not see a cell inherit buffering that its flood turned on
+    assert buffered > 0, "no long flood turned write buffering on"
 
 
 # 200,000 lines from C, several times what a pipe holds, in one call into C per line and no

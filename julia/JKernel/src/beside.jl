@@ -94,7 +94,7 @@ function finish_beside(ctx::EvalCtx, outcome::CellOutcome)
     id = ctx.id
     try
         disable_sigint() do
-            mark = drain_output()   # the first frame below carries it (MRK 0 off: see capture.jl)
+            mark = drain_output(true)   # the first frame below carries it
             text, mark = send_error_or_value(id, outcome, mark)
             forget_beside!(id)
             send_frame(FrameKind.RES, string(id, " ", outcome.status), capped(text); mark = mark)

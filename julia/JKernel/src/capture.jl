@@ -114,8 +114,6 @@ output (they have passed the marker when this returns). For the frames that end 
 (`ending`), `PIPES_READ` where the supervisor has read both pipes to the end (`pipes_read`: no
 marker needed, the frame goes in `MRK 0`).
 """
-# Unused since 2026-11-29: with MRK 0 a cell right after a flood started with buffered writes on
-# 1.5.3 (test_a_cell_after_a_flood_starts_with_direct_writes); cause not found yet.
 function drain_output(ending::Bool = false)
     flush_all()
     ending && SUPERVISOR_READS[] && pipes_read() && return PIPES_READ
@@ -204,8 +202,11 @@ function flusher_loop()
             end
             flush_all()
             # Bytes counted across two cells are no rate: a flood that ended the last cell would
-            # turn buffering on for the next one, which prints (say) one line at a time.
-            CURRENT[] == cell || continue
+            # turn buffering on for the next one, which prints (say) one line at a time. The
+            # window must have run one cell throughout, and still: flush_all yields, and a cell
+            # that started after an idle window began (`cell` 0) may have ended meanwhile, when
+            # CURRENT is 0 again (the first flood of a fresh session, every time).
+            running && CURRENT[] == cell && (cell != 0 || !isempty(BESIDE)) || continue
             rate = WRITTEN[] - before
             if !BUFFERED[] && rate >= BUFFER_ON_BYTES
                 set_buffering!(true)
@@ -243,6 +244,24 @@ function set_buffering!(on::Bool)
             end
         end
     end
+end
+
+"""
+    end_current_cell!()
+
+The main shell's cell is over: write buffering goes off and `CURRENT[]` to 0 with no yield in
+between. Switched off any earlier, a flusher tick ending while the cell's last frames are sent
+(each write to the socket yields) counts the cell's flood as the rate of a cell still running,
+turns buffering back on, and the next cell starts buffered: its lines wait for a flush instead
+of showing as printed (test_a_cell_after_a_flood_starts_with_direct_writes). `set_buffering!`
+yields only to write what the buffer held, after which a tick may have turned it on again.
+"""
+function end_current_cell!()
+    while BUFFERED[]
+        set_buffering!(false)
+    end
+    CURRENT[] = 0
+    nothing
 end
 
 """

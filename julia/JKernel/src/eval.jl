@@ -238,7 +238,7 @@ function run_evaluation(outcome_of::Function, id::Int)
         # A bug of ours must not leave the supervisor waiting for a result that never comes.
         e isa InterruptException && rethrow()
         diag("sending the result of ", id, " failed: ", sprint(showerror, e, catch_backtrace()))
-        CURRENT[] = 0
+        end_current_cell!()
         # Carrying the last marker again releases output the supervisor may hold behind it.
         send_frame(FrameKind.RES, string(id, " err"),
                    string("jutul-jkernel could not send this cell's result: ",
@@ -254,10 +254,9 @@ interrupt, VAL (when the bundle fits) and then RES for a value.
 """
 function finish_evaluation(id::Int, outcome::CellOutcome)
     disable_sigint() do
-        mark = drain_output()   # the first frame below carries it (MRK 0 off: see capture.jl)
-        set_buffering!(false)
+        mark = drain_output(true)   # the first frame below carries it
         text, mark = send_error_or_value(id, outcome, mark)
-        CURRENT[] = 0
+        end_current_cell!()
         PENDING_INTERRUPT[] = false
         send_frame(FrameKind.RES, string(id, " ", outcome.status), capped(text); mark = mark)
     end
