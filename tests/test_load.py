@@ -15,6 +15,7 @@ from typing import Any
 
 import psutil
 import pytest
+import zmq
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
@@ -240,3 +241,76 @@ def test_long_line_many_tiny_prints_and_odd_bytes(
     assert text_of(outputs, "stderr") == "\ufffd\n"
     assert result_of(outputs) == "1"
     assert km.is_alive()
+
+
+# Displays, one IOPub message of 16 KiB each: many more than the socket's queue for one
+# subscriber (1000 messages) and the client's own (1000) hold, with what the TCP buffers between
+# them take (a few MiB).
+MANY_MESSAGES = 4000
+MANY_DISPLAYS = f's = "x"^16_384; for i in 1:{MANY_MESSAGES}; display(s); end; :displayed'
+
+
+def _displays_until_idle(
+    kc: BlockingKernelClient, msg_id: str, per_message: float, bound: float
+) -> tuple[int, bool]:
+    """Read IOPub, ``per_message`` seconds a message, until ``msg_id``'s idle or ``bound``
+    seconds without a message; return the displays seen and whether the idle came."""
+    displays = 0
+    while True:
+        try:
+            msg = kc.get_iopub_msg(timeout=bound)
+        except queue.Empty:
+            return displays, False
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "display_data":
+            displays += 1
+            time.sleep(per_message)
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return displays, True
+
+
+@pytest.mark.timeout(120)
+def test_a_slow_client_gets_every_message_and_the_idle(
+    kernel: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    """A client that reads IOPub more slowly than a cell publishes still gets every message,
+    and the cell's idle status: the kernel waits for it (jupyter/sockets.py). The socket used to
+    drop what a full queue could not take, the idle status among it, and such a client (this
+    test's, on a loaded machine) waited for it forever."""
+    _, kc = kernel
+    drain(kc)
+    msg_id = kc.execute(MANY_DISPLAYS)
+    displays, idle = _displays_until_idle(kc, msg_id, per_message=0.002, bound=30.0)
+    assert idle, f"no idle status after {displays} of {MANY_MESSAGES} displays"
+    assert displays == MANY_MESSAGES
+    assert reply_to(kc, msg_id, 30)["content"]["status"] == "ok"
+
+
+@pytest.mark.timeout(120)
+def test_a_subscriber_that_reads_nothing_does_not_stop_the_kernel(
+    kernel: tuple[KernelManager, BlockingKernelClient],
+) -> None:
+    """A second IOPub subscriber that never reads (a client stopped with Ctrl-Z) holds a cell
+    up for a few seconds at most: then the socket drops for a full subscriber, as ipykernel's
+    does, and the client that reads gets its cell's idle status. (While the socket drops, that
+    client too may lose what it falls far behind on, as with ipykernel.)"""
+    km, kc = kernel
+    drain(kc)
+    stuck = zmq.Context.instance().socket(zmq.SUB)
+    stuck.setsockopt(zmq.RCVHWM, 1)
+    stuck.setsockopt(zmq.SUBSCRIBE, b"")
+    stuck.connect(f"{km.transport}://{km.ip}:{km.iopub_port}")
+    try:
+        time.sleep(0.5)  # subscribed
+        started = time.monotonic()
+        msg_id = kc.execute(MANY_DISPLAYS)
+        displays, idle = _displays_until_idle(kc, msg_id, per_message=0.0, bound=30.0)
+        took = time.monotonic() - started
+    finally:
+        stuck.close(linger=0)
+    assert idle, f"no idle status after {displays} of {MANY_MESSAGES} displays"
+    assert displays > 0
+    assert reply_to(kc, msg_id, 30)["content"]["status"] == "ok"
+    # _STALL_LIMIT (5 s) once, then the cell's own time; far below a hang
+    assert took < 25, f"the cell took {took:.1f} s beside a subscriber that reads nothing"

@@ -89,7 +89,12 @@ class Publisher:
         return _decode_json_values(data, self._log)
 
     async def backpressure(self) -> None:
-        """Let the main loop turn once enough output was published since it last did."""
+        """Wait while a subscriber is behind (jupyter/sockets.py: IOPub drops nothing until one
+        has taken nothing for a while); else let the main loop turn once enough output was
+        published since it last did."""
+        caught_up = getattr(self._socket, "caught_up", None)
+        if caught_up is not None:
+            await caught_up()
         if self._unyielded_bytes >= _IOPUB_YIELD_BYTES:
             self._unyielded_bytes = 0
             await asyncio.sleep(0)

@@ -20,6 +20,18 @@ queues what is sent on it and sends it on a later turn of the loop, or when ipyk
 it after the request. :class:`SendNowStream` sends a reply at once instead: the reply of a cell
 leaves as soon as it is made, one turn of the loop earlier.
 
+**A slow subscriber.** An XPUB socket drops a message for a subscriber whose queue is full
+(1000 messages, each up to 256 KiB of output): a client that read more slowly than a flood came
+(a test's client on a loaded machine, nbclient on a busy one) lost output and then the cell's
+idle status, and waited for it forever. The socket is set not to drop (``XPUB_NODROP``): a
+message that cannot be queued waits in :class:`MainLoopIOPub`'s backlog, in order, behind
+which everything after it waits too; the backlog is retried every ``_RETRY_INTERVAL``, and
+``Publisher.backpressure`` awaits it (:meth:`MainLoopIOPub.caught_up`), which pauses reading
+Julia, whose writes then wait. A subscriber that takes nothing for ``_STALL_LIMIT`` (a client
+stopped with Ctrl-Z, say) must not stop the kernel: the socket drops for any full subscriber
+again, as ipykernel's always does, for ``_LOSSY_PERIOD``; then it tries not to, and goes on
+dropping at once if a queue is still full.
+
 Both send a message's parts with :func:`send_parts`: pyzmq's ``send_multipart`` checks every
 part before it sends any, which took three times as long as sending the parts one by one
 (24 µs against 8 µs for a status message of seven parts, pyzmq 27.3 on this machine).
@@ -27,7 +39,10 @@ part before it sends any, which took three times as long as sending the parts on
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,13 +52,25 @@ from tornado import ioloop
 from zmq.eventloop.zmqstream import ZMQStream
 
 _SUBSCRIBE = 1  # the first byte of an XPUB subscription event; 0 is an unsubscription
+# Seconds. How often a backlog is retried: a client that reads a message per millisecond or two
+# is kept up with, at a few wake-ups per message at most.
+_RETRY_INTERVAL = 0.002
+# Seconds without a message taken before the socket drops for the subscriber that is full, and
+# how long it then does, before it waits for subscribers again.
+_STALL_LIMIT = 5.0
+_LOSSY_PERIOD = 5.0
 
 
-def send_parts(socket: zmq.Socket[bytes], parts: list[Any], copy: bool = True) -> None:
-    """Send one multipart message: every part but the last with SNDMORE."""
+def send_parts(
+    socket: zmq.Socket[bytes], parts: list[Any], copy: bool = True, first_flags: int = 0
+) -> None:
+    """Send one multipart message: every part but the last with SNDMORE, the first also with
+    ``first_flags`` (NOBLOCK: an XPUB socket that does not drop refuses a message with its first
+    part, or takes all of it: libzmq xpub.cpp ``xsend`` counts whole messages)."""
     last = len(parts) - 1
     for i, part in enumerate(parts):
-        socket.send(part, zmq.SNDMORE if i < last else 0, copy=copy)
+        flags = zmq.SNDMORE if i < last else 0
+        socket.send(part, flags | first_flags if i == 0 else flags, copy=copy)
 
 
 class SendNowStream(ZMQStream):
@@ -76,6 +103,12 @@ class MainLoopIOPub:
         self._owner = threading.current_thread()
         self._subscriptions = ZMQStream(socket, self.io_loop)
         self._subscriptions.on_recv(self._subscribed)
+        socket.setsockopt(zmq.XPUB_NODROP, 1)
+        # Messages no subscriber's queue could take yet, oldest first (see the module's doc).
+        self._backlog: collections.deque[tuple[list[Any], dict[str, Any]]] = collections.deque()
+        self._progress_at = 0.0  # when the backlog last shrank (or began)
+        self._lossy_until = 0.0  # while later than now, the socket drops for a full subscriber
+        self._caught_up: asyncio.Event | None = None  # set while the backlog is empty
 
     # ---- what ipykernel calls ----
 
@@ -93,6 +126,15 @@ class MainLoopIOPub:
             f()
         else:
             self.io_loop.add_callback(f)
+
+    async def caught_up(self) -> None:
+        """Return once every message made so far has been queued for the subscribers (main
+        loop only): at once, unless a subscriber fell behind (bounded by ``_STALL_LIMIT``)."""
+        if self._backlog:
+            if self._caught_up is None:
+                self._caught_up = asyncio.Event()
+            self._caught_up.clear()
+            await self._caught_up.wait()
 
     def start(self) -> None:
         """Nothing to start: the main loop runs the socket."""
@@ -120,9 +162,75 @@ class MainLoopIOPub:
         if self.socket is None or self.socket.closed:
             return  # closed at exit: nothing reads it any more
         if args or kwargs.keys() - {"copy"}:
+            self._flush_lossy()  # (nothing in this kernel sends with flags)
             self.socket.send_multipart(msg, *args, **kwargs)
-        else:
+            return
+        if self._backlog:
+            self._backlog.append((msg, kwargs))  # behind the messages that wait
+        elif not self._try_send(msg, kwargs):
+            self._backlog.append((msg, kwargs))
+            self._progress_at = time.monotonic()
+            self._retry_later()
+
+    def _try_send(self, msg: list[Any], kwargs: dict[str, Any]) -> bool:
+        """Send now, or say that a subscriber's queue is full (never while dropping). The first
+        message after a lossy period tries without dropping; if a queue is still full (the
+        subscriber that took nothing still takes nothing), the next period begins at once."""
+        assert self.socket is not None
+        probing = bool(self._lossy_until) and time.monotonic() >= self._lossy_until
+        if probing:
+            self._lossy_until = 0.0
+            self.socket.setsockopt(zmq.XPUB_NODROP, 1)
+        try:
+            send_parts(self.socket, msg, kwargs.get("copy", True), zmq.NOBLOCK)
+        except zmq.Again:
+            if not probing:
+                return False
+            self._drop_for_the_full(_LOSSY_PERIOD)
             send_parts(self.socket, msg, kwargs.get("copy", True))
+        return True
+
+    def _drop_for_the_full(self, period: float) -> None:
+        """From now on for ``period`` seconds, drop for a subscriber whose queue is full."""
+        assert self.socket is not None
+        self._lossy_until = time.monotonic() + period
+        self.socket.setsockopt(zmq.XPUB_NODROP, 0)
+
+    def _retry_later(self) -> None:
+        if self._loop_running():
+            self.io_loop.call_later(_RETRY_INTERVAL, self._retry)
+        else:
+            self._flush_lossy()  # the kernel is exiting: nothing would retry
+
+    def _retry(self) -> None:
+        """Send what waits, oldest first, as far as the subscribers take it."""
+        if self.socket is None or self.socket.closed:
+            self._backlog.clear()
+        while self._backlog:
+            msg, kwargs = self._backlog[0]
+            if not self._try_send(msg, kwargs):
+                break
+            self._backlog.popleft()
+            self._progress_at = time.monotonic()
+        if self._backlog and time.monotonic() - self._progress_at >= _STALL_LIMIT:
+            self._flush_lossy()
+        if self._backlog:
+            self._retry_later()
+        elif self._caught_up is not None:
+            self._caught_up.set()
+
+    def _flush_lossy(self) -> None:
+        """Drop for the subscribers that are full, as ipykernel does, for ``_LOSSY_PERIOD``,
+        and send what waits."""
+        if self.socket is None or self.socket.closed:
+            self._backlog.clear()
+        else:
+            self._drop_for_the_full(_LOSSY_PERIOD)
+            while self._backlog:
+                msg, kwargs = self._backlog.popleft()
+                send_parts(self.socket, msg, kwargs.get("copy", True))
+        if self._caught_up is not None:
+            self._caught_up.set()
 
     def _subscribed(self, frames: list[bytes]) -> None:
         """Welcome each new subscriber (JEP 65): it then knows its subscription is active."""
