@@ -209,20 +209,26 @@ async def test_an_end_before_start_leaves_no_julia_and_no_socket(end: str) -> No
     by kill_now() (the kernel's atexit), and the socket it was to connect to is gone."""
     sup = JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT)
     sup.launch()
-    launched = julia_descendants()
-    assert launched
-    address = Path(launched[0].cmdline()[-1])
-    assert address.is_socket()
-    if end == "shutdown":
-        await sup.shutdown()
-    else:
-        sup.kill_now()  # at exit: nothing runs after it
-        gone = not address.parent.exists()
-        psutil.wait_procs(launched, timeout=STARTUP_TIMEOUT)
-        await sup.shutdown()  # reaps it, here where the process goes on
-        assert gone
-    assert not _running(launched)
-    assert not address.parent.exists()
+    try:
+        # The Julia launched is this process's child; a Julia below it (the launcher's compile
+        # for the next start, when it found the cache stale) is not it (a fresh-clone run took
+        # that one, which had ended, for it).
+        launched = [p for p in julia_descendants() if p.ppid() == os.getpid()]
+        assert len(launched) == 1, launched
+        address = Path(launched[0].cmdline()[-1])
+        assert address.is_socket()
+        if end == "shutdown":
+            await sup.shutdown()
+        else:
+            sup.kill_now()  # at exit: nothing runs after it
+            gone = not address.parent.exists()
+            psutil.wait_procs(launched, timeout=STARTUP_TIMEOUT)
+            await sup.shutdown()  # reaps it, here where the process goes on
+            assert gone
+        assert not _running(launched)
+        assert not address.parent.exists()
+    finally:
+        await sup.shutdown()  # after a failed step, too: no Julia outlives the test
 
 
 @pytest.mark.e2e
