@@ -161,8 +161,9 @@ class MainLoopIOPub:
     def _send(self, msg: list[Any], *args: Any, **kwargs: Any) -> None:
         if self.socket is None or self.socket.closed:
             return  # closed at exit: nothing reads it any more
-        if args or kwargs.keys() - {"copy"}:
-            self._flush_lossy()  # (nothing in this kernel sends with flags)
+        if args or kwargs.keys() - {"copy"}:  # (nothing in this kernel sends with flags)
+            if self._backlog:
+                self._flush_lossy()  # what waits goes first
             self.socket.send_multipart(msg, *args, **kwargs)
             return
         if self._backlog:
