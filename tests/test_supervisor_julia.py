@@ -313,6 +313,23 @@ async def test_a_cell_after_a_flood_starts_with_direct_writes() -> None:
     assert buffered > 0, "no long flood turned write buffering on"
 
 
+async def test_an_idle_flusher_window_is_no_rate(julia: JuliaSupervisor) -> None:
+    """The flusher's window that began idle (no cell) is no cell's rate, though CURRENT is 0
+    again at its end: a cell shorter than the window ran and ended inside it. The case above
+    shows that only where the fresh session's first flood ends as the window does (1.5.3,
+    which compiles it at run time); here the flusher's own test is asked, on every Julia, with
+    CURRENT as it is between cells (set and restored without a yield)."""
+    probe = (
+        "let c = JKernel.CURRENT[]; JKernel.CURRENT[] = 0; "
+        "r = (JKernel.rate_window(0, false), JKernel.rate_window(0, true)); "
+        "JKernel.CURRENT[] = c; r end"
+    )
+    # an idle window, and one whose beside evaluation ended: neither is a rate
+    assert (await run(julia, probe)).text == "(false, false)"
+    # the running cell's own window is
+    assert (await run(julia, "JKernel.rate_window(JKernel.CURRENT[], true)")).text == "true"
+
+
 # 200,000 lines from C, several times what a pipe holds, in one call into C per line and no
 # yield to Julia's scheduler in between.
 C_FLOOD = 'for i in 1:200_000; ccall(:puts, Cint, (Cstring,), "c flood line, c flood line"); end'

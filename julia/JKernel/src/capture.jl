@@ -201,12 +201,7 @@ function flusher_loop()
                 continue
             end
             flush_all()
-            # Bytes counted across two cells are no rate: a flood that ended the last cell would
-            # turn buffering on for the next one, which prints (say) one line at a time. The
-            # window must have run one cell throughout, and still: flush_all yields, and a cell
-            # that started after an idle window began (`cell` 0) may have ended meanwhile, when
-            # CURRENT is 0 again (the first flood of a fresh session, every time).
-            running && CURRENT[] == cell && (cell != 0 || !isempty(BESIDE)) || continue
+            rate_window(cell, running) || continue
             rate = WRITTEN[] - before
             if !BUFFERED[] && rate >= BUFFER_ON_BYTES
                 set_buffering!(true)
@@ -220,6 +215,19 @@ function flusher_loop()
         end
     end
 end
+
+"""
+    rate_window(cell, running) -> Bool
+
+Whether the bytes written in the flusher's window that began with `CURRENT[] == cell` (and
+something `running`) are the output rate of what runs now. Bytes counted across two cells are
+no rate: a flood that ended the last cell would turn buffering on for the next one, which
+prints (say) one line at a time. The window must have run one cell throughout, and still:
+flush_all yields, and a cell that started after an idle window began (`cell` 0) may have ended
+meanwhile, when CURRENT is 0 again (the first flood of a fresh session, every time on 1.5.3).
+"""
+rate_window(cell::Int, running::Bool) =
+    running && CURRENT[] == cell && (cell != 0 || !isempty(BESIDE))
 
 function set_buffering!(on::Bool)
     QUIET_TICKS[] = 0

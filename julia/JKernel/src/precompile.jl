@@ -71,6 +71,7 @@ function precompile_workload()
     precompile(flush_all, ())
     precompile(set_buffering!, (Bool,))
     precompile(end_current_cell!, ())
+    precompile(rate_window, (Int, Bool))
     # what set_buffering! reaches in Base by runtime dispatch (the workload cannot run it: no
     # pipes), compiled at run time otherwise
     precompile(Base.buffer_writes, (Base.PipeEndpoint, Int))
