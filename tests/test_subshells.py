@@ -267,7 +267,10 @@ def test_a_subshell_counts_with_the_main_shell(client: Client) -> None:
     second, outputs = client.run(f"Out[{first['content']['execution_count']}] + 1", sub)
     assert second["content"]["execution_count"] == first["content"]["execution_count"] + 1
     assert result(outputs) == "2"
-    failing = client.execute('error("stop")', sub)
+    # It fails after a while: what it aborts is what waits behind it (ipykernel's abort takes
+    # the requests received by then), and under load the second request was once sent later
+    # than an instant error's reply was made.
+    failing = client.execute('sleep(0.5); error("stop")', sub)
     aborted = client.execute("1", sub)
     assert client.reply(failing)["content"]["status"] == "error"
     assert client.reply(aborted)["content"]["status"] == "aborted"

@@ -9,6 +9,7 @@ from typing import Any
 import zmq
 from ipykernel.kernelapp import IPKernelApp
 
+from jutul_jkernel.jupyter.session import KernelSession
 from jutul_jkernel.jupyter.sockets import MainLoopIOPub, SendNowStream
 
 # How long close() waits for the control thread to finish the request it is handling. It
@@ -34,6 +35,10 @@ class JuliaKernelApp(IPKernelApp):
     a control thread still publishing when the process exits would hold it. The control thread is
     a daemon thread: once the bounded wait is over, it no longer holds the process.
     """
+
+    def _session_default(self) -> KernelSession:
+        """jupyter_client's Session with a shorter path for each message (jupyter/session.py)."""
+        return KernelSession(parent=self)
 
     def init_sockets(self) -> None:
         """ipykernel's sockets and threads, without the shell-channel thread."""
@@ -63,6 +68,7 @@ class JuliaKernelApp(IPKernelApp):
         the ZMQStream that ipykernel made and registered with the loop, only that method)."""
         super().init_kernel()
         self.kernel.shell_stream.__class__ = SendNowStream
+        self.kernel.shell_stream.before_send = self.iopub_thread.release
 
     def _configure_logging(self) -> None:
         """traitlets' logging set-up, then the app's logger at its handlers' lowest level.

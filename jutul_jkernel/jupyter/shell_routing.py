@@ -76,7 +76,11 @@ class ShellRouting(KernelState):
     async def dispatch_shell(self, msg: Any, *args: Any, **kwargs: Any) -> None:
         # ipykernel 7 passes concurrent=True for a comm message it runs beside the request
         # holding the shell, in a copied context (kernelbase.py, shell_main); 6.x never does.
-        BESIDE_ANOTHER.set(bool(kwargs.get("concurrent", False)))
+        concurrent = bool(kwargs.get("concurrent", False))
+        BESIDE_ANOTHER.set(concurrent)
+        hold = getattr(self.iopub_socket, "hold", None)  # MainLoopIOPub (jupyter/sockets.py)
+        if hold is not None and not concurrent:
+            hold()  # busy and execute_input leave once Julia has the cell
         await super().dispatch_shell(msg, *args, **kwargs)
 
     def should_handle(self, stream: Any, msg: dict[str, Any], idents: Any) -> bool:
