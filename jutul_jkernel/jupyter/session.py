@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from hmac import compare_digest
 from typing import Any
 
+import zmq.asyncio
 from jupyter_client._version import protocol_version
 from jupyter_client.adapter import adapt
 from jupyter_client.session import DELIM, DONE, Session, extract_header, utcnow
@@ -90,6 +91,7 @@ class KernelSession(Session):
             not s.short
             or not isinstance(msg_or_type, str)
             or stream is None
+            or isinstance(stream, zmq.asyncio.Socket)  # jupyter_client sends on a shadow of it
             or buffers
             or track
             or header is not None

@@ -58,6 +58,10 @@ function precompile_workload()
     precompile(eval_loop, ())
     precompile(query_loop, ())
     precompile(listen_loop, ())
+    for S in (Base.PipeEndpoint, TCPSocket)   # the supervisor's socket: Unix, or TCP on Windows
+        precompile(read_available!, (Vector{UInt8}, S, Vector{UInt8}))
+        precompile(eof, (S,))
+    end
     precompile(flusher_loop, ())
     precompile(thread_one_loop, ())
     precompile(pump, (Base.PipeEndpoint, String))
