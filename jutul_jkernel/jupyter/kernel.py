@@ -113,6 +113,7 @@ class JuliaKernel(ControlRequests, ShellRouting, CommRequests, CellExecution, Qu
     def start(self) -> None:
         """Register handlers, then start Julia in the background on the main loop."""
         super().start()
+        self.read_shell_in_one_task()
         self.io_loop.add_callback(self._start_julia)
         signal.signal(signal.SIGINT, self._on_sigint)
         signal.signal(signal.SIGTERM, self._on_sigterm)

@@ -13,9 +13,11 @@ error reply.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 from typing import Any
 
+from ipykernel.kernelbase import Kernel
 from ipykernel.subshell_manager import UnknownSubshellError
 
 from jutul_jkernel.jupyter.kernel_state import BESIDE_ANOTHER, KernelState
@@ -28,6 +30,29 @@ _COMM_MESSAGES = ("comm_open", "comm_msg", "comm_close")
 
 class ShellRouting(KernelState):
     """shell_main and dispatch for the main shell and the subshells, and the subshells' life."""
+
+    def read_shell_in_one_task(self) -> None:
+        """Handle each shell message in one task, started when the message is read.
+
+        ipykernel 7 without a shell-channel thread hands the shell stream a coroutine function
+        (kernelbase.py ``start``: ``_async_in_context(partial(self.shell_main, None))``), which
+        the stream runs as a task whose only work is to start a second one, in a context kept
+        for every shell message, and await it: a message reached ``shell_main`` two turns of
+        the loop after it was read. Here one task runs ``shell_main`` in that kept context (a
+        context of its own, made now, as ipykernel makes its own at the same point), a turn
+        sooner. Only where ipykernel 7 set that path up: 6.x queues shell messages its own way.
+        """
+        stream = self.shell_stream
+        if stream is None or getattr(self, "shell_channel_thread", None):
+            return
+        if not hasattr(Kernel, "shell_main"):
+            return
+        context = contextvars.copy_context()
+
+        def received(msg: list[Any]) -> None:
+            self._main_loop.spawn(lambda: self.shell_main(None, msg), context)
+
+        stream.on_recv(received, copy=False)
 
     async def shell_main(self, subshell_id: str | None, msg: Any) -> None:
         """Handle one shell message, read by the main loop itself (jupyter/app.py).

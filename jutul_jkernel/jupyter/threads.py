@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any
 
@@ -90,9 +91,15 @@ class MainLoop:
         if self.loop is not None:
             self.loop.call_soon_threadsafe(self.spawn, work)
 
-    def spawn(self, work: Callable[[], Coroutine[Any, Any, Any]]) -> None:
-        """Start ``work()`` as a task on the main loop (called there), kept until it is done."""
-        task = asyncio.ensure_future(work())
+    def spawn(
+        self,
+        work: Callable[[], Coroutine[Any, Any, Any]],
+        context: contextvars.Context | None = None,
+    ) -> None:
+        """Start ``work()`` as a task on the main loop (called there), kept until it is done;
+        in ``context`` itself if given (its context variables' changes then outlast it), else
+        in a copy of the current one."""
+        task = asyncio.get_running_loop().create_task(work(), context=context)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
