@@ -66,7 +66,7 @@ class KernelSession(Session):
                 auth=self.auth,
                 session=self.session,
                 username=self.username,
-                metadata=dict(self.metadata),
+                metadata=self.metadata,  # the dict itself: changed in place, it is read anew
                 copy_threshold=self.copy_threshold,
                 pid=self.pid if self.check_pid else None,
                 short=not self.debug and not self.adapt_version,
