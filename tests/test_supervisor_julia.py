@@ -14,16 +14,18 @@ import textwrap
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
 import pytest_asyncio
 
+from jutul_jkernel.jupyter.queries import QueryRequests
 from jutul_jkernel.protocol import kinds
 from jutul_jkernel.supervisor import interrupts as escalation
 from jutul_jkernel.supervisor.errors import JuliaDiedError, JuliaStartupError
 from jutul_jkernel.supervisor.interrupts import _cannot_read as cannot_read
-from jutul_jkernel.supervisor.julia_process import ThreadActivity
+from jutul_jkernel.supervisor.julia_process import JuliaProcess, ThreadActivity
 from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
 from jutul_jkernel.supervisor.output_sink import Display, OutputSink
 from jutul_jkernel.supervisor.results import ExecutionResult
@@ -533,6 +535,30 @@ async def test_queries(julia: JuliaSupervisor) -> None:
     assert (await julia.is_complete("for i in 1:3"))["indent"] == "    "
     assert (await julia.is_complete("x = 1"))["status"] == "complete"
     assert (await julia.is_complete("x = )"))["status"] == "invalid"
+
+
+async def test_is_complete_is_asked_before_its_handler_first_waits(
+    julia: JuliaSupervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel's is_complete handler writes its query to Julia before it first waits, so
+    that the request's busy, which IOPub holds until then (MainLoopIOPub.hold), is sent while
+    Julia parses (issue 45: asyncio.wait_for ran the query from a task a loop turn later, after
+    the busy's send, 0.15-0.3 ms of each is_complete). The kernel's state is its two fields."""
+    await run(julia, "1")  # Julia running: the direct path
+    sent: list[bytes] = []
+    send = JuliaProcess.send
+
+    async def recording(self: JuliaProcess, data: bytes) -> None:
+        sent.append(bytes(data).split(b" ", 1)[0])
+        await send(self, data)
+
+    monkeypatch.setattr(JuliaProcess, "send", recording)
+    kernel = SimpleNamespace(supervisor=julia, _is_complete_wait=CELL_BOUND)
+    at_next_turn: list[list[bytes]] = []
+    asyncio.get_running_loop().call_soon(lambda: at_next_turn.append(list(sent)))
+    reply = await QueryRequests.do_is_complete(kernel, "for i in 1:3")  # type: ignore[arg-type]
+    assert reply == {"status": "incomplete", "indent": "    "}
+    assert at_next_turn == [[b"QRY"]]
 
 
 # ---- interrupts ----

@@ -214,9 +214,8 @@ class CommRouter:
         if not self._supervisor.alive:
             return True  # the delivery starts Julia, or says why it cannot
         try:
-            return await asyncio.wait_for(
-                self._supervisor.knows_comm_target(target), _COMM_TARGET_WAIT
-            )
+            # Asked at once (as do_is_complete asks), not from a task of asyncio.wait_for's.
+            return await self._supervisor.knows_comm_target(target, timeout=_COMM_TARGET_WAIT)
         except (JuliaDiedError, JuliaStartupError, TimeoutError, asyncio.TimeoutError):
             return True
 

@@ -72,10 +72,15 @@ class QueryRequests(KernelState):
 
     async def do_is_complete(self, code: str) -> dict[str, Any]:
         """Handle an is_complete request by parsing the code in Julia."""
+        wait = self._is_complete_wait
         try:
-            answer = await asyncio.wait_for(
-                self.supervisor.is_complete(code), self._is_complete_wait
-            )
+            if self.supervisor.alive:
+                # Asked before this handler first waits, so the request's busy leaves while
+                # Julia parses (MainLoopIOPub.hold); asyncio.wait_for would run the query in a
+                # task of its own, from the loop's next turn, after the busy was sent.
+                answer = await self.supervisor.is_complete(code, timeout=wait)
+            else:  # the wait bounds Julia's start too
+                answer = await asyncio.wait_for(self.supervisor.is_complete(code), wait)
         except (JuliaDiedError, JuliaStartupError, TimeoutError, asyncio.TimeoutError):
             return {"status": "unknown"}
         reply = {"status": answer.get("status", "unknown")}

@@ -324,20 +324,25 @@ class JuliaSupervisor:
         """The docstring of the name at ``cursor``, as ``?name`` shows it."""
         return await self._query("inspect", code, cursor)
 
-    async def is_complete(self, code: str) -> dict[str, Any]:
-        """Whether ``code`` is complete, incomplete (with an indent) or invalid."""
-        return await self._query("is_complete", code, 0)
+    async def is_complete(self, code: str, timeout: float | None = None) -> dict[str, Any]:
+        """Whether ``code`` is complete, incomplete (with an indent) or invalid; Julia's answer
+        waited for at most ``timeout`` seconds once asked (TimeoutError)."""
+        return await self._query("is_complete", code, 0, timeout)
 
-    async def knows_comm_target(self, target: str) -> bool:
+    async def knows_comm_target(self, target: str, timeout: float | None = None) -> bool:
         """Whether Julia would take a comm_open to ``target`` (a package defined
         ``register_comm`` for it). Answered while a cell runs, if it yields."""
-        return bool((await self._query("comm_target", target, 0)).get("known"))
+        return bool((await self._query("comm_target", target, 0, timeout)).get("known"))
 
-    async def _query(self, op: str, code: str, cursor: int) -> dict[str, Any]:
+    async def _query(
+        self, op: str, code: str, cursor: int, timeout: float | None = None
+    ) -> dict[str, Any]:
+        # With Julia running, the request is written before this first waits: a caller's
+        # handler that awaits it directly has sent it by its first wait.
         await self.start()
         j = self._julia
         assert j is not None
-        return await queries.query(j, self._new_id(), op, code, cursor)
+        return await queries.query(j, self._new_id(), op, code, cursor, timeout)
 
     # ---- start-up ----
 

@@ -25,14 +25,18 @@ _QUERY_TIMEOUT = 30.0
 _SYNC_TIMEOUT = 5.0
 
 
-async def query(j: JuliaProcess, qid: int, op: str, code: str, cursor: int) -> dict[str, Any]:
-    """Ask Julia ``op`` about ``code`` at ``cursor`` (code points) as request ``qid``."""
+async def query(
+    j: JuliaProcess, qid: int, op: str, code: str, cursor: int, timeout: float | None = None
+) -> dict[str, Any]:
+    """Ask Julia ``op`` about ``code`` at ``cursor`` (code points) as request ``qid``; wait at
+    most ``timeout`` seconds (default ``_QUERY_TIMEOUT``)."""
     request = encode(FrameKind.QRY, qid, op, max(0, cursor), payload=code.encode())
+    wait = _QUERY_TIMEOUT if timeout is None else timeout
     try:
-        result: dict[str, Any] = await j.ask(qid, request, _QUERY_TIMEOUT)
+        result: dict[str, Any] = await j.ask(qid, request, wait)
     except (TimeoutError, asyncio.TimeoutError):
         msg = (
-            f"Julia did not answer a {op} query within {_QUERY_TIMEOUT:g} s "
+            f"Julia did not answer a {op} query within {wait:g} s "
             "(a running cell that computes without yielding keeps it busy)"
         )
         raise TimeoutError(msg) from None
