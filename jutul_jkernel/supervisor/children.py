@@ -81,7 +81,7 @@ def _proc_children() -> bool:
 
 def descendants(pid: int) -> Snapshot:
     """Every living descendant of ``pid`` (empty if ``pid`` is gone)."""
-    if _child_pids(pid) is None:
+    if not _proc_children():
         try:
             return frozenset(psutil.Process(pid).children(recursive=True))
         except psutil.Error:
