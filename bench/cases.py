@@ -244,6 +244,10 @@ ROWS: list[RowSpec] = [
             "ijulia:rss_idle_total", note="IJulia: its one process"),
     RowSpec("memory", "kernel + Julia RSS, idle", "MiB", "julia:rss_idle_total",
             "ipykernel:rss_idle_kernel"),
+    RowSpec("memory", "kernel + Julia RSS, after a cell's error", "MiB",
+            "julia:rss_error_total", "ijulia:rss_error_total", note="IJulia: its one process"),
+    RowSpec("memory", "kernel + Julia RSS, after a cell's error", "MiB",
+            "julia:rss_error_total", "ipykernel:rss_error_total"),
     RowSpec("memory", "kernel + Julia RSS, peak while streaming {size}", "MiB",
             "julia:rss_peak_total", "ijulia:rss_peak_total", stat="max", note=_BEYOND),
     RowSpec("memory", "kernel + Julia RSS, peak while streaming {size}", "MiB",
@@ -705,7 +709,8 @@ class _RssSampler:
 
 
 def memory(env: JupyterEnv, plan: Plan) -> Samples:
-    """Idle RSS (median of 5 samples), then the peak while a cell streams ``memory_bytes``."""
+    """Idle RSS (median of 5 samples), the same after a cell's error, then the peak while a
+    cell streams ``memory_bytes``."""
     n = plan.memory_bytes // 1024
     jcode = f's = "x"^1023 * "\\n"; for i in 1:{n}; print(s); end'
     pcode = f's = "x"*1023 + "\\n"\nfor i in range({n}): print(s, end="")'
@@ -723,6 +728,21 @@ def memory(env: JupyterEnv, plan: Plan) -> Samples:
             out[f"{subject}:rss_idle_kernel"] = [kern]
             out[f"{subject}:rss_idle_julia"] = [jl]
             out[f"{subject}:rss_idle_total"] = [kern + jl]
+            # After a cell's first error: Julia has then read the debug information its
+            # backtraces need, which this kernel's warm-up reads before the user's first error
+            # and IJulia at it (docs/benchmarks.md, "memory").
+            error_code = _code(subject, 'error("e")', 'raise ValueError("e")')
+            assert error_code is not None
+            msg_id, _ = k.send(error_code)
+            if k.collect(msg_id, time.perf_counter()).status != "error":
+                msg = f"{k.label}: {error_code!r} did not fail"
+                raise BenchError(msg)
+            time.sleep(1)
+            totals = []
+            for _ in range(5):
+                totals.append(sum(k.rss()))
+                time.sleep(0.2)
+            out[f"{subject}:rss_error_total"] = [sorted(totals)[2]]
             code = _code(subject, jcode, pcode)
             assert code is not None
             with _RssSampler(k) as s:
