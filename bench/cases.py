@@ -708,6 +708,15 @@ class _RssSampler:
         self._thread.join()
 
 
+def _rss_samples(k: Kernel) -> list[tuple[int, int]]:
+    """Five samples of ``k.rss()`` (kernel process, Julia's), 0.2 s apart."""
+    samples = []
+    for _ in range(5):
+        samples.append(k.rss())
+        time.sleep(0.2)
+    return samples
+
+
 def memory(env: JupyterEnv, plan: Plan) -> Samples:
     """Idle RSS (median of 5 samples), the same after a cell's error, then the peak while a
     cell streams ``memory_bytes``."""
@@ -719,10 +728,7 @@ def memory(env: JupyterEnv, plan: Plan) -> Samples:
     try:
         time.sleep(1)
         for subject, k in kernels.items():
-            samples = []
-            for _ in range(5):
-                samples.append(k.rss())
-                time.sleep(0.2)
+            samples = _rss_samples(k)
             kern = sorted(s[0] for s in samples)[2]
             jl = sorted(s[1] for s in samples)[2]
             out[f"{subject}:rss_idle_kernel"] = [kern]
@@ -738,11 +744,7 @@ def memory(env: JupyterEnv, plan: Plan) -> Samples:
                 msg = f"{k.label}: {error_code!r} did not fail"
                 raise BenchError(msg)
             time.sleep(1)
-            totals = []
-            for _ in range(5):
-                totals.append(sum(k.rss()))
-                time.sleep(0.2)
-            out[f"{subject}:rss_error_total"] = [sorted(totals)[2]]
+            out[f"{subject}:rss_error_total"] = [sorted(sum(s) for s in _rss_samples(k))[2]]
             code = _code(subject, jcode, pcode)
             assert code is not None
             with _RssSampler(k) as s:
