@@ -6,6 +6,7 @@ make the long variants longer.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import random
@@ -18,6 +19,7 @@ import pytest
 import zmq
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
+from jupyter_client.session import Session
 
 from .clients import (
     collect,
@@ -249,6 +251,34 @@ def test_long_line_many_tiny_prints_and_odd_bytes(
 MANY_MESSAGES = 4000
 MANY_DISPLAYS = f's = "x"^16_384; for i in 1:{MANY_MESSAGES}; display(s); end; :displayed'
 
+# A subscriber whose queues are small: its own queue holds 10 messages and its socket's receive
+# buffer is fixed at 64 KiB (SO_RCVBUF turns Linux's autotuning off: here that grows up to
+# tcp_rmem's 32 MiB, 2,000 of these messages). What the kernel's side holds (its queue of 1000
+# and its send buffer, up to tcp_wmem's 4 MiB) is then all that a pause of its reader leaves
+# room for, far fewer than the flood, on any Julia however fast it prints.
+SMALL_RCVHWM = 10
+SMALL_RCVBUF = 65_536
+
+
+def small_subscriber(km: KernelManager, kc: BlockingKernelClient) -> zmq.Socket[bytes]:
+    """A raw IOPub subscriber with :data:`SMALL_RCVHWM` and :data:`SMALL_RCVBUF`, once it has
+    seen a cell's idle status: from then on it is sent everything. (No iopub_welcome tells it:
+    an XPUB socket reports a topic's first subscriber only, here ``kc``, as ipykernel's does.)"""
+    socket: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.SUB)
+    socket.setsockopt(zmq.RCVHWM, SMALL_RCVHWM)
+    socket.setsockopt(zmq.RCVBUF, SMALL_RCVBUF)
+    socket.setsockopt(zmq.SUBSCRIBE, b"")
+    socket.connect(f"{km.transport}://{km.ip}:{km.iopub_port}")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        probe = kc.execute("nothing", silent=True)
+        _, idle = _raw_displays_until_idle(kc, socket, probe, bound=1.0)
+        reply_to(kc, probe, 30)
+        if idle:
+            return socket
+    socket.close(linger=0)
+    raise AssertionError("a new IOPub subscriber saw no cell's idle status within 30 s")
+
 
 def _displays_until_idle(
     kc: BlockingKernelClient, msg_id: str, per_message: float, bound: float
@@ -277,14 +307,64 @@ def test_a_slow_client_gets_every_message_and_the_idle(
     """A client that reads IOPub more slowly than a cell publishes still gets every message,
     and the cell's idle status: the kernel waits for it (jupyter/sockets.py). The socket used to
     drop what a full queue could not take, the idle status among it, and such a client (this
-    test's, on a loaded machine) waited for it forever."""
-    _, kc = kernel
+    test's, on a loaded machine) waited for it forever.
+
+    The client pauses for :data:`_READER_PAUSE` (within the kernel's ``_STALL_LIMIT``, after
+    which it would drop on purpose) with small queues of its own (:func:`small_subscriber`), so
+    the flood overfills what lies between them on every Julia: a 1.12 prints these displays
+    several times as fast as a 1.5 (0.2-0.6 ms against 1.4-2), and a reader that merely read
+    slowly kept up with the one and not the other."""
+    km, kc = kernel
     drain(kc)
-    msg_id = kc.execute(MANY_DISPLAYS)
-    displays, idle = _displays_until_idle(kc, msg_id, per_message=0.002, bound=30.0)
+    slow = small_subscriber(km, kc)
+    try:
+        msg_id = kc.execute(MANY_DISPLAYS)
+        _drain_for(kc, _READER_PAUSE)
+        displays, idle = _raw_displays_until_idle(kc, slow, msg_id, bound=30.0)
+    finally:
+        slow.close(linger=0)
     assert idle, f"no idle status after {displays} of {MANY_MESSAGES} displays"
     assert displays == MANY_MESSAGES
     assert reply_to(kc, msg_id, 30)["content"]["status"] == "ok"
+
+
+# Seconds: how long the slow client reads nothing; the kernel waits up to _STALL_LIMIT (5 s)
+# for a full subscriber before it drops for it.
+_READER_PAUSE = 3.0
+
+
+def _drain_for(kc: BlockingKernelClient, seconds: float) -> None:
+    """Read ``kc``'s IOPub as it comes for ``seconds``: its queues, not small, must not be the
+    ones that fill."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        with contextlib.suppress(queue.Empty):
+            kc.get_iopub_msg(timeout=min(left, 0.2))
+
+
+def _raw_displays_until_idle(
+    kc: BlockingKernelClient, socket: zmq.Socket[bytes], msg_id: str, bound: float
+) -> tuple[int, bool]:
+    """Read ``socket`` until ``msg_id``'s idle or ``bound`` seconds without a message; return
+    the displays seen and whether the idle came."""
+    # A session of its own: kc's remembers the signatures its IOPub channel has seen.
+    session = Session(key=kc.session.key, signature_scheme=kc.session.signature_scheme)
+    displays = 0
+    while socket.poll(int(bound * 1000)):
+        _, frames = session.feed_identities(socket.recv_multipart())
+        msg = session.deserialize(frames, content=False)
+        while kc.iopub_channel.msg_ready():  # the shared client keeps up meanwhile
+            kc.get_iopub_msg(timeout=0)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "display_data":
+            displays += 1
+        elif (
+            msg["msg_type"] == "status"
+            and session.unpack(msg["content"])["execution_state"] == "idle"
+        ):
+            return displays, True
+    return displays, False
 
 
 @pytest.mark.timeout(120)
@@ -299,6 +379,7 @@ def test_a_subscriber_that_reads_nothing_does_not_stop_the_kernel(
     drain(kc)
     stuck = zmq.Context.instance().socket(zmq.SUB)
     stuck.setsockopt(zmq.RCVHWM, 1)
+    stuck.setsockopt(zmq.RCVBUF, SMALL_RCVBUF)  # fills whatever the TCP autotuning allows
     stuck.setsockopt(zmq.SUBSCRIBE, b"")
     stuck.connect(f"{km.transport}://{km.ip}:{km.iopub_port}")
     try:
