@@ -39,6 +39,7 @@ import psutil
 import pytest
 
 from .conftest import failed
+from .page_traffic import PageTraffic
 
 try:
     from playwright.sync_api import Error as PlaywrightError
@@ -98,6 +99,7 @@ new MutationObserver(() => {
 }).observe(document, {subtree: true, childList: true, attributes: true,
                       attributeFilter: ['data-status']});
 """
+_STATUSES = "window.__jkStatus || []"
 _SETTLED_AFTER = """([start, via]) => {
   const log = (window.__jkStatus || []).slice(start);
   return log.length > 0 && log[log.length - 1][0] === 'idle'
@@ -314,9 +316,14 @@ def page(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Page]:
         # Leaving sync_playwright() stops its driver, and with it the browser, whatever happens.
         new_page = context.new_page()
         new_page.add_init_script(_STATUS_RECORDER)
+        traffic = PageTraffic(new_page)
         try:
             yield new_page
         finally:
+            if failed(request.node):
+                with contextlib.suppress(PlaywrightError):
+                    print(f"[page] kernel statuses seen: {new_page.evaluate(_STATUSES)}")
+                print(traffic.explain())
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(PlaywrightError):
                 new_page.screenshot(path=str(ARTIFACTS / f"{request.node.name}-end.png"))
@@ -338,7 +345,7 @@ class Notebook:
         )
 
     def status_log(self) -> list[list[Any]]:
-        return list(self.page.evaluate("window.__jkStatus || []"))
+        return list(self.page.evaluate(_STATUSES))
 
     def wait_settled(self, start: int, via: tuple[str, ...], timeout_ms: float) -> None:
         """Wait until the kernel status, from log entry ``start`` on, passed ``via`` and is idle."""
