@@ -32,9 +32,11 @@ Each must match exactly once. A promise that only some Julias can keep or break 
 code in package caches, 1.9+) has its tests skip elsewhere; its mutant says so with
 `julia_needs`, a Julia expression that is true on a Julia where they run. On another Julia the
 mutant is reported "not run", counted apart from killed and survived: run `make mutants` again
-with such a Julia first on PATH. Code goes in TOML literal strings, '...' or '''...''' across
-lines (the newline right after the opening ''' is not part of the text): they keep
-backslashes and quotes as typed. A test is "tests/file.py::name", a name prefix (parametrized
+with such a Julia first on PATH. Where no field or definition tells (what Julia's package
+cache holds), the expression includes a probe from scripts/mutants/probes that asks this Julia
+by experiment; it runs in the repository's root. Code goes in TOML literal strings, '...' or
+'''...''' across lines (the newline right after the opening ''' is not part of the text): they
+keep backslashes and quotes as typed. A test is "tests/file.py::name", a name prefix (parametrized
 ids too), or a file alone for all of its tests. Add a mutant whenever a new promise is made,
 then run `make promise-map`; tests/test_promise_map.py checks that every pattern applies and
 every guarding test exists.
@@ -271,10 +273,11 @@ def run_tests(
 
 
 def julia_has(expression: str) -> bool:
-    """Whether ``expression`` is true in the Julia on PATH (a mutant's ``julia_needs``)."""
+    """Whether ``expression`` is true in the Julia on PATH (a mutant's ``julia_needs``), run
+    in the repository's root (a probe in scripts/mutants/probes is included by that path)."""
     done = subprocess.run(
         ["julia", "--startup-file=no", "-e", f"print(({expression}) === true)"],
-        capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False,
+        capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False, cwd=ROOT,
     )  # fmt: skip
     if done.returncode != 0:
         raise SystemExit(f"julia_needs {expression!r} failed in Julia:\n{done.stderr}")

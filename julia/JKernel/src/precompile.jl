@@ -91,8 +91,7 @@ function precompile_workload()
     precompile(still_idle, (Int,))
     precompile(run_step, (Tuple,))
     # the warm-up's own steps (eval.jl): compiled at run time, each was 40-70 ms that a query
-    # arriving meanwhile waited for
-    precompile(warm_cell, (Module, String))
+    # arriving meanwhile waited for (warm_cell: the workload below runs it)
     precompile(warm_buffering, ())
     precompile(warm_subshell_cell, (Module,))
     precompile(evaluate, (Int, String, String, Bool))
