@@ -5,20 +5,32 @@ notebook stayed at ``[*]`` for 30 s on Julia 1.12.5, once in 21 runs) has only t
 server's log to go on: neither says whether the kernel sent the cell's reply and idle status,
 or the page stopped reading them (JupyterLab handles a kernel's messages one after another, so
 a comm target's handler that hangs holds up everything after it). :class:`PageTraffic` keeps
-the last messages on each kernel websocket, both ways, and the page's console messages.
+the last messages on each kernel websocket, both ways, and the page's console messages; and
+:func:`ask_julia_for_stacks` has each kernel's Julia print its threads' stacks, which reach the
+page as the running cell's stderr (recorded with their text).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
+import os
+import signal
+import subprocess
 import time
 from typing import TYPE_CHECKING, Any
+
+import psutil
 
 if TYPE_CHECKING:  # only types: test_jupyterlab.py reports a missing Playwright itself
     from playwright.sync_api import ConsoleMessage, Page, WebSocket
 
 _KEPT = 120  # messages both ways, and console lines: the last seconds of a hang
+_STREAM_TEXT = 4000  # characters of a stream message kept: a Julia thread's stack fits
+# Julia 1.8+ answers SIGUSR1 (Linux; SIGINFO on BSD) with its threads' stacks on stderr and a
+# 1 s profile (src/signals-unix.c, trigger_profile_peek); an older one dies of it.
+_ANSWERS_INFO_REQUESTS = "print(isdefined(Base, :profile_printing_listener))"
 
 
 class PageTraffic:
@@ -87,7 +99,29 @@ def _line(channel: str, header: dict[str, Any], parent: dict[str, Any], content:
     if parent:
         line += f" (to {parent.get('msg_type')} {str(parent.get('msg_id', ''))[-8:]})"
     if isinstance(content, dict):
+        if header.get("msg_type") == "stream":
+            text = str(content.get("text", ""))[:_STREAM_TEXT]
+            line += f" {content.get('name')}:\n    " + text.replace("\n", "\n    ")
         for key in ("execution_state", "status", "comm_id", "target_name", "execution_count"):
             if key in content:
                 line += f" {key}={str(content[key])[:12]}"
     return line
+
+
+def ask_julia_for_stacks() -> None:
+    """Send SIGUSR1 to every kernel's Julia under this process that answers it with its
+    threads' stacks (on its stderr: the running cell's output), and give it time to."""
+    asked = False
+    for p in psutil.Process(os.getpid()).children(recursive=True):
+        with contextlib.suppress(psutil.Error, OSError, subprocess.SubprocessError):
+            if not any(a.endswith("server.jl") for a in p.cmdline()):
+                continue
+            done = subprocess.run(
+                [p.exe(), "--startup-file=no", "-e", _ANSWERS_INFO_REQUESTS],
+                capture_output=True, text=True, timeout=30, check=False,
+            )  # fmt: skip
+            if done.stdout.strip() == "true":
+                p.send_signal(signal.SIGUSR1)
+                asked = True
+    if asked:
+        time.sleep(2.5)  # the stacks at once, then the 1 s profile

@@ -39,7 +39,7 @@ import psutil
 import pytest
 
 from .conftest import failed
-from .page_traffic import PageTraffic
+from .page_traffic import PageTraffic, ask_julia_for_stacks
 
 try:
     from playwright.sync_api import Error as PlaywrightError
@@ -321,6 +321,7 @@ def page(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Page]:
             yield new_page
         finally:
             if failed(request.node):
+                ask_julia_for_stacks()
                 with contextlib.suppress(PlaywrightError):
                     print(f"[page] kernel statuses seen: {new_page.evaluate(_STATUSES)}")
                 print(traffic.explain())
