@@ -309,11 +309,12 @@ def test_a_slow_client_gets_every_message_and_the_idle(
     drop what a full queue could not take, the idle status among it, and such a client (this
     test's, on a loaded machine) waited for it forever.
 
-    The client pauses for :data:`_READER_PAUSE` (within the kernel's ``_STALL_LIMIT``, after
-    which it would drop on purpose) with small queues of its own (:func:`small_subscriber`), so
-    the flood overfills what lies between them on every Julia: a 1.12 prints these displays
-    several times as fast as a 1.5 (0.2-0.6 ms against 1.4-2), and a reader that merely read
-    slowly kept up with the one and not the other."""
+    The client reads nothing for :data:`_READER_PAUSE` (within the kernel's ``_STALL_LIMIT``,
+    after which it would drop on purpose), then everything, through queues of its own kept small
+    (:func:`small_subscriber`): what lies between the kernel and it holds ~1,300 of these
+    messages, far fewer than the flood, on any Julia at any pace. A client that only read
+    slowly (2 ms a message) through default queues did not fill them on 1.10 and 1.12 here:
+    with the receive buffer Linux grew to 32 MiB they held ~5,000 messages."""
     km, kc = kernel
     drain(kc)
     slow = small_subscriber(km, kc)
@@ -379,7 +380,7 @@ def test_a_subscriber_that_reads_nothing_does_not_stop_the_kernel(
     drain(kc)
     stuck = zmq.Context.instance().socket(zmq.SUB)
     stuck.setsockopt(zmq.RCVHWM, 1)
-    stuck.setsockopt(zmq.RCVBUF, SMALL_RCVBUF)  # fills whatever the TCP autotuning allows
+    stuck.setsockopt(zmq.RCVBUF, SMALL_RCVBUF)  # filled by the flood, not grown to 32 MiB
     stuck.setsockopt(zmq.SUBSCRIBE, b"")
     stuck.connect(f"{km.transport}://{km.ip}:{km.iopub_port}")
     try:
