@@ -30,8 +30,10 @@ def main() -> None:
     # `kill -USR1 <kernel pid>`: every Python thread's stack on stderr (the Jupyter server's
     # log), for a kernel that seems hung (docs/troubleshooting.md); the test of JupyterLab asks
     # for it when a step times out. faulthandler is built in, and writes from the signal handler
-    # itself, so a main loop that never returns still gets reported.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # itself, so a main loop that never returns still gets reported; then, chained, the main
+    # loop's tasks and what each awaits (an idle main thread says only that it waits).
+    signal.signal(signal.SIGUSR1, _print_main_loop_tasks)
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=True)
     early = launch_from_env()
     if early is not None:
         # Should ipykernel fail to import or to set up (or print --help and exit), or a SIGTERM
@@ -54,6 +56,34 @@ def main() -> None:
     JuliaKernel.prepared_supervisor = supervisor
     JuliaKernelApp.launch_instance(**app_options())
     _exit_now()
+
+
+def _print_main_loop_tasks(signum: int, frame: Any) -> None:
+    """SIGUSR1, after faulthandler's stacks: every task of the main thread's asyncio loop,
+    with the coroutines it awaits through, on stderr. Runs between two bytecodes of the main
+    thread, so a loop that waits in select still answers at once."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # the loop is not running (yet, or any more)
+        return
+    tasks = asyncio.all_tasks(loop)
+    lines = [f"[jutul-jkernel] the main loop's {len(tasks)} tasks, each down to what it awaits:"]
+    for task in tasks:
+        lines.append(f"  {task.get_name()}:")
+        # Task.print_stack shows a coroutine's own frame only; the awaits go through cr_await.
+        awaited: Any = task.get_coro()
+        while hasattr(awaited, "cr_frame") or hasattr(awaited, "gi_frame"):
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+            if frame is not None:
+                code = frame.f_code
+                lines.append(f"    {code.co_filename}:{frame.f_lineno} {code.co_name}")
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+        if awaited is not None:
+            lines.append(f"    awaits {awaited!r}"[:300])
+    print("\n".join(lines), file=sys.stderr, flush=True)
 
 
 def app_options() -> dict[str, Any]:
