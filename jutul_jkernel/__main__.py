@@ -83,7 +83,26 @@ def _print_main_loop_tasks(signum: int, frame: Any) -> None:
             awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
         if awaited is not None:
             lines.append(f"    awaits {awaited!r}"[:300])
+    lines.extend(_shell_socket_state())
     print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def _shell_socket_state() -> list[str]:
+    """Whether requests wait unread in the shell socket (its EVENTS has POLLIN): a stream that
+    stopped reading, rather than a request that never came."""
+    app_module = sys.modules.get("jutul_jkernel.jupyter.app")
+    zmq = sys.modules.get("zmq")
+    if app_module is None or zmq is None or not app_module.JuliaKernelApp.initialized():
+        return []
+    kernel = app_module.JuliaKernelApp.instance().kernel
+    stream = getattr(kernel, "shell_stream", None)
+    if stream is None or stream.socket is None:
+        return []
+    events = stream.socket.getsockopt(zmq.EVENTS)
+    return [
+        f"[jutul-jkernel] shell socket: requests waiting unread: {bool(events & zmq.POLLIN)}, "
+        f"stream receiving: {stream.receiving()}"
+    ]
 
 
 def app_options() -> dict[str, Any]:
