@@ -32,6 +32,18 @@ stopped with Ctrl-Z, say) must not stop the kernel: the socket drops for any ful
 again, as ipykernel's always does, for ``_LOSSY_PERIOD``; then it tries not to, and goes on
 dropping at once if a queue is still full.
 
+**Sends past a stream.** Both sockets are read by a ``ZMQStream`` and written here directly.
+A socket's file descriptor is edge-triggered: it turns readable when the socket's mailbox gets
+a command (such as "a peer's pipe has messages again"), and any operation on the socket may
+take that command in and clear it. A send made past the stream could thus take the only news
+of a request that had just come, and the stream, which looks at the socket's ``EVENTS`` only
+after its own reads and sends, would not read it, nor anything after it on that pipe: the
+kernel stopped answering a client for good. A new connection's first request is always
+announced so, and JupyterLab connects while the kernel answers the server's own kernel_info:
+its first cell stayed at [*] (once in CI, twice in ~60 starts on a loaded machine here).
+After each direct send :func:`look_again` does what pyzmq does after its own
+(``ZMQStream._update_handler``).
+
 Both send a message's parts with :func:`send_parts`: pyzmq's ``send_multipart`` checks every
 part before it sends any, which took three times as long as sending the parts one by one
 (24 µs against 8 µs for a status message of seven parts, pyzmq 27.3 on this machine).
@@ -77,6 +89,12 @@ def send_parts(
         socket.send(part, flags | first_flags if i == 0 else flags, copy=copy)
 
 
+def look_again(stream: ZMQStream) -> None:
+    """After a send on ``stream``'s socket that did not go through ``stream``: if the socket
+    holds what the stream waits for, have the stream handle it on the loop's next turn."""
+    stream._update_handler(stream._state)  # type: ignore[no-untyped-call]  # pyzmq 27
+
+
 class SendNowStream(ZMQStream):
     """The shell socket's stream: it reads on the main loop as any ZMQStream, and sends there
     at once (a ROUTER socket never blocks a send), after what IOPub holds (``before_send``)."""
@@ -98,6 +116,7 @@ class SendNowStream(ZMQStream):
             super().send_multipart(msg, flags, copy, track, callback, **kwargs)
         else:
             send_parts(self.socket, list(msg), copy)
+            look_again(self)
 
 
 class MainLoopIOPub:
@@ -192,6 +211,7 @@ class MainLoopIOPub:
             if self._backlog:
                 self._flush_lossy()  # what waits goes first
             self.socket.send_multipart(msg, *args, **kwargs)
+            look_again(self._subscriptions)
             return
         if self._held is not None:
             self._held.append((msg, kwargs))
@@ -218,6 +238,7 @@ class MainLoopIOPub:
                 return False
             self._drop_for_the_full(_LOSSY_PERIOD)
             send_parts(self.socket, msg, kwargs.get("copy", True))
+        look_again(self._subscriptions)
         return True
 
     def _drop_for_the_full(self, period: float) -> None:
@@ -259,6 +280,7 @@ class MainLoopIOPub:
             while self._backlog:
                 msg, kwargs = self._backlog.popleft()
                 send_parts(self.socket, msg, kwargs.get("copy", True))
+            look_again(self._subscriptions)
         if self._caught_up is not None:
             self._caught_up.set()
 
