@@ -89,16 +89,22 @@ def _print_main_loop_tasks(signum: int, frame: Any) -> None:
 
 def _shell_socket_state() -> list[str]:
     """Whether requests wait unread in the shell socket (its EVENTS has POLLIN): a stream that
-    stopped reading, rather than a request that never came."""
+    stopped reading, rather than a request that never came. Reading EVENTS takes the socket's
+    commands in, so the stream is then told to look again (jupyter/sockets.py, "Sends past a
+    stream"): the report must not make the stall it reports."""
     app_module = sys.modules.get("jutul_jkernel.jupyter.app")
+    sockets = sys.modules.get("jutul_jkernel.jupyter.sockets")
     zmq = sys.modules.get("zmq")
-    if app_module is None or zmq is None or not app_module.JuliaKernelApp.initialized():
+    if app_module is None or sockets is None or zmq is None:
+        return []
+    if not app_module.JuliaKernelApp.initialized():
         return []
     kernel = app_module.JuliaKernelApp.instance().kernel
     stream = getattr(kernel, "shell_stream", None)
     if stream is None or stream.socket is None:
         return []
     events = stream.socket.getsockopt(zmq.EVENTS)
+    sockets.look_again(stream)
     return [
         f"[jutul-jkernel] shell socket: requests waiting unread: {bool(events & zmq.POLLIN)}, "
         f"stream receiving: {stream.receiving()}"

@@ -238,7 +238,8 @@ class MainLoopIOPub:
                 return False
             self._drop_for_the_full(_LOSSY_PERIOD)
             send_parts(self.socket, msg, kwargs.get("copy", True))
-        look_again(self._subscriptions)
+        finally:
+            look_again(self._subscriptions)  # a send refused takes commands in too
         return True
 
     def _drop_for_the_full(self, period: float) -> None:
