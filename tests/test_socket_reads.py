@@ -21,22 +21,11 @@ from jupyter_client.session import Session
 
 from jutul_jkernel.jupyter.sockets import MainLoopIOPub, SendNowStream
 
+from .test_iopub_hold import run  # a fresh main loop, bounded, its sockets closed after
+
 # Seconds: long enough for a message sent over loopback TCP to reach the other socket's pipe,
 # and for libzmq's next send to look at the socket's commands (it does at most every ~1 ms).
 _ARRIVAL = 0.05
-
-
-def run(test: Any) -> None:
-    """Run ``test(ctx)`` on a fresh main loop (bounded), then close every socket it made."""
-    ctx: zmq.Context[Any] = zmq.Context()
-
-    async def bounded() -> None:
-        await asyncio.wait_for(test(ctx), 10)
-
-    try:
-        asyncio.run(bounded())
-    finally:
-        ctx.destroy(linger=0)
 
 
 async def until(condition: Any, seconds: float = 2.0) -> bool:
