@@ -8,9 +8,10 @@
 Runs each notebook (examples/, tests/notebooks/, and bench/notebooks/real_packages.ipynb where
 a folder of package sources is given) through IJulia and through this kernel with nbclient, on
 the same Julia, then compares each cell's outputs after normalising what must differ (colour
-codes, addresses, timings, temporary paths, how a stream was cut into messages, tracebacks'
-frames). A cell differs in *kind* (the sequence of output types), in *MIME* (the types of a
-rich output) or in *text* (what a stream, a text/plain or an error's name and message say).
+codes, addresses, timings, temporary paths, each kernel's depot, how a stream was cut into
+messages, tracebacks' frames). A cell differs in *kind* (the sequence of output types), in
+*MIME* (the types of a rich output) or in *text* (what a stream, a text/plain or an error's
+name and message say).
 
 Each difference is either explained in ``bench/ijulia_differences.toml`` (with its reason:
 docs/clients.md summarises them) or reported as unexplained; the exit status is 1 while any
@@ -65,6 +66,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _RULES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"0x[0-9a-f]{6,16}"), "0x…"),  # addresses, pointers
     (re.compile(r"(?:/tmp|/var/tmp)/[^\s\"'):]+"), "/tmp/…"),
+    # Pkg's environments live in each kernel's first depot (IJulia's own, here), as in `] st`
+    (re.compile(r"[^\s`'\"]*/environments/(v\d+\.\d+)/"), r"<depot>/environments/\1/"),
     # timings: "0.000123 seconds", "1.2 ms", "(3 allocations: 48 bytes)" and @btime's figures
     (re.compile(r"\d+(?:\.\d+)?(?:e-?\d+)? ?(?:seconds|s|ms|μs|µs|ns)\b"), "T"),
     (re.compile(r"\d+(?:\.\d+)? (?:allocations?|bytes|KiB|MiB|GiB)"), "N units"),
