@@ -18,12 +18,13 @@ let script = joinpath(@__DIR__, "server.jl"),
     say(msg...) = (println(stdout, "jutul-jkernel server: ", msg...); flush(stdout))
 
     # Run f with this directory first on LOAD_PATH (and @stdlib for the dependencies, whatever
-    # the user's JULIA_LOAD_PATH) and the cache depot first in DEPOT_PATH; restore both.
+    # the user's JULIA_LOAD_PATH) and DEPOT_PATH the cache depot and Julia's own (server.jl's
+    # package_depots); restore both.
     function with_package(f)
         load_path, depot_path = copy(LOAD_PATH), copy(DEPOT_PATH)
         try
             prepend!(empty!(LOAD_PATH), [dirname(script), "@stdlib"])
-            pushfirst!(DEPOT_PATH, depot)
+            append!(empty!(DEPOT_PATH), package_depots)
             return f()
         finally
             append!(empty!(LOAD_PATH), load_path)

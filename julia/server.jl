@@ -6,10 +6,10 @@
 #
 # The compile cache lives in a depot of its own: $JUTUL_JKERNEL_DEPOT, or by default
 # ${XDG_CACHE_HOME:-~/.cache}/jutul-jkernel/julia-<crc of this directory> (one per copy of the
-# package, so two checkouts do not overwrite each other's cache). That depot is put first in
-# DEPOT_PATH only while the package loads or compiles (compilecache writes to DEPOT_PATH[1];
-# loading searches every depot), and this directory is on LOAD_PATH only while it loads: the
-# user's `using JKernel`, `Pkg.status()` and DEPOT_PATH see none of it afterwards.
+# package, so two checkouts do not overwrite each other's cache). Only while the package loads
+# or compiles is DEPOT_PATH that depot and the depots that came with this Julia (its stdlibs'
+# caches), not the user's (`package_depots`), and this directory on LOAD_PATH: the user's
+# `using JKernel`, `Pkg.status()` and DEPOT_PATH see none of it afterwards.
 #
 # The depot stays bounded (depot.jl does the work, launcher.jl calls it): a compile holds
 # DEPOT/compile.lock, so kernels that start together compile once and `--precompile` waits for
@@ -47,11 +47,20 @@ Core.eval(Module(:JKernelLauncher), quote
         depot = joinpath(cache_home, "jutul-jkernel", "julia-" * string(key; base = 16))
     end
     precompiling = get(ARGS, 1, "") == "--precompile"
+    # DEPOT_PATH while JKernel loads or compiles: compilecache writes to its first entry and
+    # loading searches every entry (base/loading.jl, 1.5.3 to master), so the user's depots stay
+    # out. A JKernel cache in ~/.julia (a `using JKernel` of some checkout's julia/) was
+    # otherwise checked too, and its rejection ("for file ... not file ...") given as the reason
+    # this depot's cache was not used (CI, 2026-11-29). Behind this depot, Julia's own, where
+    # 1.10+ keeps its stdlibs' caches: base/initdefs.jl's two paths (append_bundled_depot_path!
+    # in release-1.12 and master, the last two of append_default_depot_path! before).
+    package_depots = [depot, abspath(Sys.BINDIR, "..", "local", "share", "julia"),
+                      abspath(Sys.BINDIR, Base.DATAROOTDIR, "julia")]
     jk = if !precompiling && get(ENV, "JUTUL_JKERNEL_PRECOMPILED", "yes") != "no"
         load_path, depot_path = copy(LOAD_PATH), copy(DEPOT_PATH)
         try
             prepend!(empty!(LOAD_PATH), [@__DIR__, "@stdlib"])
-            pushfirst!(DEPOT_PATH, depot)
+            append!(empty!(DEPOT_PATH), package_depots)
             # Julia's own check, as `require` makes it (launcher.jl's check_cache says why not):
             # stale_cachefile is `true` for a stale file, else its dependencies, each the loaded
             # Module or what to check next (a Vector on 1.5-1.9, the first item of a tuple from

@@ -28,7 +28,7 @@ import pytest
 from jutul_jkernel import _resources
 from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
 
-from .conftest import STARTUP_TIMEOUT
+from .conftest import STARTUP_TIMEOUT, private_depot
 from .supervisors import wait_until_warm
 
 CELL_BOUND = 30.0
@@ -303,17 +303,26 @@ async def test_the_exit_at_a_shutdown_compiles_nothing_of_the_kernels(
     assert not ours, "\n".join(ours)
 
 
+def with_another_copys_cache(compiled: tuple[Path, Path]) -> dict[str, str]:
+    """The environment of a user whose own depot holds a JKernel cache of another copy of
+    julia/ (as `using JKernel` from some checkout leaves in ~/.julia): the ``compiled``
+    fixture's depot first in JULIA_DEPOT_PATH. The kernel's cache decisions are its own
+    depot's: that cache is neither loaded nor named as the reason (its "Rejecting cache file
+    ... not file ..." was the log line on CI, 2026-11-29)."""
+    return {"JULIA_DEPOT_PATH": private_depot(compiled[1])}
+
+
 async def test_a_changed_source_loads_from_source_and_recompiles(
-    copy: Path, tmp_path: Path
+    copy: Path, tmp_path: Path, compiled: tuple[Path, Path]
 ) -> None:
     """A source file newer than the cache: the source is loaded (the log names the changed
-    file), cells work, and the compile started in the background makes the next start load
-    from the cache."""
+    file, not the other copy's cache in the user's depot), cells work, and the compile
+    started in the background makes the next start load from the cache."""
     depot = tmp_path / "depot"
     precompile(copy, depot)
     changed = copy.parent / "JKernel" / "src" / "queries.jl"
     changed.write_text(changed.read_text() + "\n# changed by test_precompile\n")
-    sup = await start(depot)
+    sup = await start(depot, **with_another_copys_cache(compiled))
     try:
         assert loaded_from(sup) == "source"
         assert await value(sup, "1 + 1") == "2"
@@ -334,13 +343,16 @@ async def test_a_changed_source_loads_from_source_and_recompiles(
         await again.shutdown()
 
 
-async def test_an_unwritable_cache_directory_loads_from_source(copy: Path, tmp_path: Path) -> None:
+async def test_an_unwritable_cache_directory_loads_from_source(
+    copy: Path, tmp_path: Path, compiled: tuple[Path, Path]
+) -> None:
     """No cache and a depot that cannot be created (its parent is a file, which stops root
-    too): the source is loaded, the log line says the directory is not writable, nothing is
-    compiled, and cells work."""
+    too): the source is loaded, the log line says there is no cache there (whatever the
+    user's depot holds) and that the directory is not writable, nothing is compiled, and
+    cells work."""
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
-    sup = await start(blocker / "depot")
+    sup = await start(blocker / "depot", **with_another_copys_cache(compiled))
     try:
         assert loaded_from(sup) == "source"
         result = await asyncio.wait_for(sup.execute('error("boom")', None), CELL_BOUND)
