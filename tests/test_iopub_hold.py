@@ -17,6 +17,8 @@ from jupyter_client.session import Session
 from jutul_jkernel.jupyter import sockets
 from jutul_jkernel.jupyter.sockets import MainLoopIOPub, SendNowStream
 
+from .main_loop import run
+
 
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bytes]]:
@@ -58,19 +60,6 @@ def close(iopub: MainLoopIOPub, shell: SendNowStream, sub: Any) -> None:
     iopub.close()
     shell.close(linger=0)
     sub.close(linger=0)
-
-
-def run(test: Any) -> None:
-    """Run ``test(ctx)`` on a fresh main loop (bounded), then close every socket it made."""
-    ctx: zmq.Context[Any] = zmq.Context()
-
-    async def bounded() -> None:
-        await asyncio.wait_for(test(ctx), 10)
-
-    try:
-        asyncio.run(bounded())
-    finally:
-        ctx.destroy(linger=0)
 
 
 def test_a_reply_never_overtakes_what_iopub_holds(sent: list[bytes]) -> None:

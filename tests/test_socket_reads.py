@@ -21,7 +21,7 @@ from jupyter_client.session import Session
 
 from jutul_jkernel.jupyter.sockets import MainLoopIOPub, SendNowStream
 
-from .test_iopub_hold import run  # a fresh main loop, bounded, its sockets closed after
+from .main_loop import run
 
 # Seconds: long enough for a message sent over loopback TCP to reach the other socket's pipe,
 # and for libzmq's next send to look at the socket's commands (it does at most every ~1 ms).
