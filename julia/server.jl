@@ -9,7 +9,7 @@
 # package, so two checkouts do not overwrite each other's cache). Only while the package loads
 # or compiles is DEPOT_PATH that depot and the depots that came with this Julia (its stdlibs'
 # caches), not the user's (`package_depots`), and this directory on LOAD_PATH: the user's
-# `using JKernel`, `Pkg.status()` and DEPOT_PATH see none of it afterwards.
+# `using JKernel`, the status Pkg shows and DEPOT_PATH see none of it afterwards.
 #
 # The depot stays bounded (depot.jl does the work, launcher.jl calls it): a compile holds
 # DEPOT/compile.lock, so kernels that start together compile once and `--precompile` waits for
