@@ -9,10 +9,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+from types import SimpleNamespace
 
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from jutul_jkernel.protocol.wire import Decoder, FrameKind, encode
+from jutul_jkernel.supervisor.output_sink import Display, OutputSink
 from jutul_jkernel.supervisor.pipes import (
     DRAIN,
     ROUTE,
@@ -22,6 +25,7 @@ from jutul_jkernel.supervisor.pipes import (
     Piece,
     _Stream,
 )
+from jutul_jkernel.supervisor.routing import FrameRouter
 from jutul_jkernel.supervisor.spawn import make_pipe, marker_prefix, new_marker
 
 PREFIX = marker_prefix(new_marker())
@@ -167,6 +171,64 @@ def test_output_after_a_marker_waits_for_its_release() -> None:
     seen = asyncio.run(run())
     assert seen[-3] == ("stdout", b"late")
     assert seen[-2:] == [("stdout", b"held"), ("stderr", b"")]
+
+
+def test_a_frame_in_mrn_is_handled_at_once_and_what_follows_its_marker_after_it() -> None:
+    """MRN n (capture.jl, MARK_AFTER): Julia found both pipes read to the end and writes marker
+    n right after the frame. The frame is handled at once: after what a stream kept as a
+    marker's possible start (output written before it), and before what the pipes have after
+    marker n, even if that was read first."""
+
+    async def run() -> list[tuple[str, bytes] | Display]:
+        out_r, out_w = make_pipe()
+        err_r, err_w = make_pipe()
+        seen: list[tuple[str, bytes] | Display] = []
+        stray = OutputSink(lambda n, d: seen.append((n, d)), seen.append)
+        router = FrameRouter(lambda: None, stray)
+        j = SimpleNamespace(stderr_tail=[], pipes=None)
+        pipes = OutputPipes(
+            {"stdout": out_r, "stderr": err_r},
+            PREFIX,
+            lambda n, d: router.output(j, n, d),  # type: ignore[arg-type]
+        )
+        j.pipes = pipes
+
+        async def handle(n: int, wait: int) -> None:
+            mrn = encode(FrameKind.MRN, n, payload=encode(FrameKind.CLR, 7, wait))
+            for frame in Decoder().feed(mrn):
+                await router.handle(j, frame)  # type: ignore[arg-type]
+
+        pipes.start()
+        try:
+            os.write(out_w, b"before\0")  # its NUL may start a marker: kept
+            await asyncio.sleep(0.1)
+            assert seen == [("stdout", b"before")]
+            await handle(1, 0)  # marker 1 not written yet
+            os.write(out_w, MARK + b"after")
+            os.write(err_w, MARK)
+            await asyncio.sleep(0.1)
+            # The next frame is in the socket, but its marker and what follows are read first.
+            os.write(out_w, MARK + b"second")
+            os.write(err_w, MARK + b"c")
+            await asyncio.sleep(0.1)
+            assert seen[-1] == ("stdout", b"after")  # the rest held behind marker 2
+            await handle(2, 1)
+            return seen
+        finally:
+            pipes.close()
+            os.close(out_w)
+            os.close(err_w)
+
+    seen = asyncio.run(run())
+    assert seen == [
+        ("stdout", b"before"),
+        ("stdout", b"\0"),
+        Display.clear(wait=False),
+        ("stdout", b"after"),
+        Display.clear(wait=True),
+        ("stdout", b"second"),
+        ("stderr", b"c"),
+    ]
 
 
 def test_a_paused_reader_still_reads_up_to_a_marker() -> None:

@@ -172,12 +172,14 @@ def test_every_kind_to_julia_has_a_branch_in_handle_frame() -> None:
 
 
 def test_each_side_sends_exactly_the_kinds_of_its_direction() -> None:
-    """JKernel sends (send_frame) exactly the kinds from Julia and the supervisor encodes
-    exactly the kinds to Julia: a kind nobody sends is a declaration to drop. Julia names a
-    kind only through FrameKind (Python's encode takes nothing else, as mypy checks)."""
+    """JKernel sends (send_frame, or in_mark for the frames that carry one) exactly the kinds
+    from Julia and the supervisor encodes exactly the kinds to Julia: a kind nobody sends is a
+    declaration to drop. Julia names a kind only through FrameKind (Python's encode takes
+    nothing else, as mypy checks)."""
     julia = "\n".join(_julia_code(p) for p in sorted(JULIA_SRC.glob("*.jl")))
-    assert not re.search(r'send_frame\("', julia), "a kind sent as a bare literal"
-    assert _kinds(set(re.findall(r"send_frame\(FrameKind\.([A-Z]+)", julia))) == FROM_JULIA
+    assert not re.search(r'(send_frame|in_mark)\("', julia), "a kind sent as a bare literal"
+    sent = set(re.findall(r"(?:send_frame|in_mark)\(FrameKind\.([A-Z]+)", julia))
+    assert _kinds(sent) == FROM_JULIA
     python = "\n".join(p.read_text() for p in sorted(PACKAGE.rglob("*.py")))
     assert _kinds(set(re.findall(r"encode\(\s*FrameKind\.([A-Z]+)", python))) == TO_JULIA
 

@@ -22,6 +22,7 @@ import pytest_asyncio
 
 from jutul_jkernel.jupyter.queries import QueryRequests
 from jutul_jkernel.protocol import kinds
+from jutul_jkernel.protocol.wire import Frame
 from jutul_jkernel.supervisor import interrupts as escalation
 from jutul_jkernel.supervisor.errors import JuliaDiedError, JuliaStartupError
 from jutul_jkernel.supervisor.interrupts import _cannot_read as cannot_read
@@ -29,6 +30,7 @@ from jutul_jkernel.supervisor.julia_process import JuliaProcess, ThreadActivity
 from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
 from jutul_jkernel.supervisor.output_sink import Display, OutputSink
 from jutul_jkernel.supervisor.results import ExecutionResult
+from jutul_jkernel.supervisor.routing import FrameRouter
 
 from .conftest import (
     STARTUP_TIMEOUT,
@@ -412,6 +414,37 @@ async def test_output_keeps_its_place_around_displays(julia: JuliaSupervisor, re
     want = "".join(f"{'x' * 50_000}{i}[{i}]y{i}" for i in range(1, 21))
     got = "".join(seen)
     assert got == want, next(i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b)
+
+
+async def test_a_display_after_output_read_to_the_end_goes_at_once_and_output_still_after_it(
+    julia: JuliaSupervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A display whose output before it the supervisor has read to the end comes inside MRN,
+    its marker right after it (capture.jl, MARK_AFTER): handled at once, and what is printed
+    after it still comes after it. Every marker Julia numbered reaches both pipes, or a later
+    MRK would wait for one that never comes."""
+    seen: list[str] = []
+    ahead: list[int] = []
+    handle_ahead = FrameRouter._ahead
+
+    def spy(router: FrameRouter, j: JuliaProcess, frame: Frame) -> None:
+        ahead.append(int(frame.args[0]))
+        handle_ahead(router, j, frame)
+
+    monkeypatch.setattr(FrameRouter, "_ahead", spy)
+    sink = OutputSink(
+        lambda stream, data: seen.append(data.decode()),
+        lambda shown: seen.append(f"[{shown.data['text/plain']}]"),
+    )
+    code = 'for i in 1:20; print("x", i); sleep(0.02); display(i); print("y", i); end'
+    r = await run(julia, code, sink)
+    assert r.status == "ok"
+    want = "".join(f"x{i}[{i}]y{i}" for i in range(1, 21))
+    assert "".join(seen) == want
+    assert len(ahead) >= 10, f"only {len(ahead)} of 20 displays came in MRN"
+    numbered = await run(julia, "JKernel.MARKS_SENT[]")
+    assert julia._julia is not None and julia._julia.pipes is not None
+    assert await julia._julia.pipes.passed(int(numbered.text), CELL_BOUND)
 
 
 async def test_logging_and_display_are_captured(julia: JuliaSupervisor, output: Output) -> None:

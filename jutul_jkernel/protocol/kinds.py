@@ -38,6 +38,11 @@ class FrameKind(enum.Enum):
     # found both pipes read to the end, and what the supervisor keeps as a marker's possible start
     # is output before the frame
     MRK = "MRK"
+    # MRN <mark> <n>: as MRK <mark> ("now"), for a frame in the middle of an evaluation (a display,
+    # a comm message, an input request): Julia wrote output marker <mark> after it found both pipes
+    # read to the end, so the supervisor handles the frame at once, and holds back what either pipe
+    # has after marker <mark> until it did (capture.jl, drain_output)
+    MRN = "MRN"
     # DSP <id> <n>: JSON: display_data or update_display_data of evaluation <id>
     DSP = "DSP"
     # CLR <id> <wait 0|1> 0: clear_output for evaluation <id>
@@ -112,6 +117,7 @@ ARGS: dict[FrameKind, tuple[Arg, ...]] = {
     FrameKind.INF: (),
     FrameKind.OUT: (Arg("stream", "words", ("stdout", "stderr")),),
     FrameKind.MRK: (Arg("mark", "count"),),
+    FrameKind.MRN: (Arg("mark", "id"),),
     FrameKind.DSP: (Arg("id", "id"),),
     FrameKind.CLR: (Arg("id", "id"), Arg("wait", "words", ("0", "1"))),
     FrameKind.VAL: (Arg("id", "id"),),

@@ -142,13 +142,16 @@ class Decoder:
 
 
 def inner_frame(frame: Frame) -> Frame | None:
-    """The one frame an MRK frame carries, or None for a bare marker."""
+    """The one frame an MRK or MRN frame carries, or None for a bare marker."""
     if not frame.payload:
         return None
     decoder = Decoder()
     frames = decoder.feed(frame.payload)
-    if len(frames) != 1 or decoder.buffered or frames[0].kind is FrameKind.MRK:
-        msg = f"MRK {frame.args[0]} does not carry exactly one frame: {frame.payload[:80]!r}"
+    if len(frames) != 1 or decoder.buffered or frames[0].kind in (FrameKind.MRK, FrameKind.MRN):
+        msg = (
+            f"{frame.kind.name} {frame.args[0]} does not carry exactly one frame: "
+            f"{frame.payload[:80]!r}"
+        )
         raise ProtocolError(msg)
     return frames[0]
 

@@ -17,7 +17,10 @@ Where Julia finds both pipes empty as an evaluation ends (Linux: capture.jl ``pi
 everything written before has been read here already, and its last frames come inside
 ``MRK 0``, without a marker: :meth:`OutputPipes.pass_tails` then passes on what a stream kept
 as the possible start of a marker, which can only be output. (Output after those frames is no
-evaluation's any more: nothing needs holding back behind them.)
+evaluation's any more: nothing needs holding back behind them.) A frame in the middle of an
+evaluation still needs its marker n, to hold back what is printed after it; where Julia found
+both pipes read to the end as it wrote that marker, the frame comes inside ``MRN <n>`` and is
+handled at once, with the tails passed on first, and marker n released after it.
 
 Routes: what Julia code running beside the main cell (a subshell's request, and the tasks it
 started) prints travels in the stdout pipe too, after a ROUTE code that names the execution
@@ -217,10 +220,11 @@ class OutputPipes:
 
     def pass_tails(self) -> None:
         """Pass on what each stream kept as the possible start of a marker: a frame came in
-        ``MRK 0``, which Julia sends only once it found both pipes read to the end with no
-        write of its own under way (capture.jl, ``pipes_read``), so what was kept is output
-        written before that frame (a NUL at the end of a cell's output), not a marker to come.
-        Kept, it would reach whatever execution prints next."""
+        ``MRK 0`` or ``MRN n``, which Julia sends only once it found both pipes read to the end
+        with no write of its own under way (capture.jl, ``pipes_read``), so what was kept is
+        output written before that frame (a NUL at the end of a cell's output), not a marker to
+        come (marker n is written whole, in one write, after that check). Kept, it would reach
+        whatever execution prints next, or come after the frame."""
         for s in self._streams:
             if s.tail:
                 piece = (s.seen, s.current, s.tail, s.route)

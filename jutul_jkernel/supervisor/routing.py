@@ -4,12 +4,13 @@ between executions, to the stray sink.
 The order rules: a frame wrapped in ``MRK n`` is handled only once fd 1 and fd 2 have been read
 up to output marker n (all of a cell's output comes before its result, and output printed
 around a display keeps its place); in ``MRK 0`` at once, Julia found both read to the end
-already. The connection's own frame kinds have their handlers in one
-table (``_CONNECTION_FRAMES``); a frame addressed to the running execution goes to it
-(``Execution.take``), a display from a task that outlived its cell to the stray sink, anything
-else nowhere. A comm message Julia sends is never dropped: without its execution it goes stray.
-A frame about an execution beside the main one (a subshell's: supervisor/beside.py) goes to it,
-or, once it ended, to its route's stray sink.
+already; in ``MRN n`` at once too, Julia found both read up to marker n, and what they have
+after it waits until the frame was handled. The connection's own frame kinds have their
+handlers in one table (``_CONNECTION_FRAMES``); a frame addressed to the running execution goes
+to it (``Execution.take``), a display from a task that outlived its cell to the stray sink,
+anything else nowhere. A comm message Julia sends is never dropped: without its execution it
+goes stray. A frame about an execution beside the main one (a subshell's: supervisor/beside.py)
+goes to it, or, once it ended, to its route's stray sink.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ class FrameRouter:
         """Handle a frame as it comes off the connection."""
         if frame.kind is FrameKind.MRK:
             await self._ordered(j, frame)
+        elif frame.kind is FrameKind.MRN:
+            self._ahead(j, frame)
         else:
             self._dispatch(j, frame)
 
@@ -87,6 +90,20 @@ class FrameRouter:
         if j.pipes is not None and not await j.pipes.passed(n, _MARK_WAIT):
             log.warning("output marker %d did not arrive within %g s; going on", n, _MARK_WAIT)
             j.pipes.skip(n)
+        if inner is not None:
+            self._dispatch(j, inner)
+        if j.pipes is not None:
+            j.pipes.release(n)
+
+    def _ahead(self, j: JuliaProcess, frame: Frame) -> None:
+        """MRN n: Julia wrote marker n once it found both pipes read to the end (capture.jl,
+        drain_output), so the frame follows every byte read so far: handled at once. What a
+        stream kept as the possible start of a marker was written before marker n: output, passed
+        on first. What the pipes have after marker n was held back, and follows the frame."""
+        n = int(frame.args[0])
+        inner = inner_frame(frame)
+        if j.pipes is not None:
+            j.pipes.pass_tails()
         if inner is not None:
             self._dispatch(j, inner)
         if j.pipes is not None:
@@ -135,8 +152,8 @@ class FrameRouter:
         sink.send(comm_of(frame))
 
     def _misplaced(self, j: JuliaProcess, frame: Frame) -> None:
-        if frame.kind is FrameKind.MRK:
-            raise ProtocolError("an MRK frame outside the read loop")
+        if frame.kind in (FrameKind.MRK, FrameKind.MRN):
+            raise ProtocolError(f"an {frame.kind.name} frame outside the read loop")
         raise ProtocolError(f"a second {frame.kind.name} frame")
 
 
@@ -149,5 +166,6 @@ _CONNECTION_FRAMES: dict[FrameKind, Callable[[FrameRouter, JuliaProcess, Frame],
     FrameKind.ACK: FrameRouter._on_reply,
     FrameKind.CMM: FrameRouter._on_comm,
     FrameKind.MRK: FrameRouter._misplaced,
+    FrameKind.MRN: FrameRouter._misplaced,
     FrameKind.RDY: FrameRouter._misplaced,
 }

@@ -19,7 +19,11 @@
 # pipe read in the supervisor at its end (supervisor/pipes.py, `pass_tails`). A frame in the
 # middle of an evaluation (a display, a comm message, an input request) always gets its
 # marker: the marker also holds back what is printed after the frame until the frame was
-# handled, and without one the supervisor could read that output first.
+# handled, and without one the supervisor could read that output first. When both pipes were
+# read to the end, that is all the marker has to do, and it can come after the frame: the
+# frame goes in `MRN <number>`, the marker right behind it, and the supervisor handles the
+# frame at once instead of reading both pipes up to the marker first (a comm echo, which
+# sends one such frame, took ~0.7 ms against IJulia's 0.3 with the marker first).
 #
 # Without JUTUL_JKERNEL_STDOUT_FD (Windows: no inherited pipes), fd 1 and fd 2 are redirected
 # into in-process pipes and a pump task per stream forwards them as OUT frames; the drain then
@@ -109,21 +113,19 @@ end
     drain_output(ending = false) -> mark
 
 Flush every buffer and put a marker behind what was written so far. Return its number for the
-frame that must follow that output (`send_frame(...; mark)`); 0 where the pumps forward the
-output (they have passed the marker when this returns). For the frames that end an evaluation
-(`ending`), `PIPES_READ` where the supervisor has read both pipes to the end (`pipes_read`: no
-marker needed, the frame goes in `MRK 0`).
+frame that must follow that output (`send_frame(...; mark)`: `MRK <number>`); 0 where the pumps
+forward the output (they have passed the marker when this returns). Where the supervisor has
+read both pipes to the end (`pipes_read`), no marker is written now: the frames that end an
+evaluation (`ending`) need none (`PIPES_READ`: the frame goes in `MRK 0`), and the others get
+theirs right after them (`MARK_AFTER`: `send_frame` sends the frame in `MRN <number>` and then
+writes the marker, which holds back what is printed after the frame).
 """
 function drain_output(ending::Bool = false)
     flush_all()
-    ending && SUPERVISOR_READS[] && pipes_read() && return PIPES_READ
-    MARKS_SENT[] += 1
-    want = MARKS_SENT[]
-    for name in ("stdout", "stderr")
-        w = PIPES[name]
-        write(w, MARK)
-        flush(w)
+    if SUPERVISOR_READS[] && pipes_read()
+        return ending ? PIPES_READ : MARK_AFTER
     end
+    want = write_marker()
     SUPERVISOR_READS[] && return want
     DRAIN_DEADLINE[] = time() + DRAIN_TIMEOUT   # the flusher task wakes us if it passes
     try
@@ -141,12 +143,29 @@ function drain_output(ending::Bool = false)
     return 0
 end
 
+"""Write the next drain marker into both pipes; return its number."""
+function write_marker()
+    n = MARKS_SENT[] += 1
+    put_marker()
+    return n
+end
+
+"""Write a drain marker into both pipes (its number taken already)."""
+function put_marker()
+    for name in ("stdout", "stderr")
+        w = PIPES[name]
+        write(w, MARK)
+        flush(w)
+    end
+end
+
 # FIONREAD: the bytes waiting in a pipe, which either end may ask on Linux (fs/pipe.c
 # pipe_ioctl reads the pipe both ends share). 0x541B on the architectures listed; others
 # number it differently, and BSD pipes answer for one end only, so elsewhere every drain
 # writes its marker.
 const FIONREAD = 0x541B
 const PIPES_READ = -1   # drain_output's mark when no marker was needed (send_frame: MRK 0)
+const MARK_AFTER = -2   # ... when the marker goes right after the frame (send_frame: MRN)
 const FIONREAD_WORKS = Sys.islinux() && Sys.ARCH in (:x86_64, :i686, :aarch64, :armv7l, :riscv64)
 
 """

@@ -23,6 +23,12 @@
 #                                  written, Julia found both pipes read to the end, and what the
 #                                  supervisor keeps as a marker's possible start is output before
 #                                  the frame
+#   MRN <mark> <n>                 as MRK <mark> ("now"), for a frame in the middle of an evaluation
+#                                  (a display, a comm message, an input request): Julia wrote output
+#                                  marker <mark> after it found both pipes read to the end, so the
+#                                  supervisor handles the frame at once, and holds back what either
+#                                  pipe has after marker <mark> until it did (capture.jl,
+#                                  drain_output)
 #   DSP <id> <n>                   JSON: display_data or update_display_data of evaluation <id>
 #   CLR <id> <wait 0|1> 0          clear_output for evaluation <id>
 #   VAL <id> <n>                   JSON MIME bundle of the value, only when richer than text/plain
@@ -81,6 +87,7 @@ const RDY = "RDY"
 const INF = "INF"
 const OUT = "OUT"
 const MRK = "MRK"
+const MRN = "MRN"
 const DSP = "DSP"
 const CLR = "CLR"
 const VAL = "VAL"

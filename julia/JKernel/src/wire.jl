@@ -11,7 +11,9 @@
 Write one frame; `args` is the header's arguments as one string ("" for none). Strings keep this
 to one compiled specialization, which matters for start-up time. With a `mark` from
 `drain_output`, the frame goes inside `MRK <mark>`: the output written before it comes first
-(`MRK 0` for `PIPES_READ`: the supervisor had read it all already).
+(`MRK 0` for `PIPES_READ`: the supervisor had read it all already). For `MARK_AFTER` (it had
+read it all, and the frame comes in the middle of an evaluation), inside `MRN <n>`, followed
+by the n-th marker.
 """
 function send_frame(kind::String, args::String, payload::AbstractVector{UInt8} = UInt8[];
                     mark::Int = 0)
@@ -21,16 +23,23 @@ function send_frame(kind::String, args::String, payload::AbstractVector{UInt8} =
     write(io, ' ', string(length(payload)), '\n')
     write(io, payload)
     frame = take!(io)
-    # One frame inside MRK, so that no other task's frame can come between the two. Assigned
-    # once: a variable assigned twice and captured by the closure below would be boxed, and
-    # every call on it compiled at run time (~40 ms of the first result on 1.10).
-    buf = mark == 0 ? frame :
-        vcat(codeunits(string(FrameKind.MRK, " ", max(mark, 0), " ", length(frame), "\n")), frame)
     # One write call submits the whole frame to libuv, so frames from different tasks never
-    # interleave; SIGINT is deferred so it cannot abandon a half-submitted write.
+    # interleave; SIGINT is deferred so it cannot abandon a half-submitted write, nor come
+    # between an MRN frame and its marker (its number taken first, so that another task's
+    # marker, written while this write waits, has another).
+    # One frame inside MRK or MRN, so that no other task's frame can come between the two.
     disable_sigint() do
         try
-            write(SOCK[], buf)
+            if mark == MARK_AFTER
+                n = MARKS_SENT[] += 1
+                try
+                    write(SOCK[], in_mark(FrameKind.MRN, n, frame))
+                finally
+                    put_marker()   # marker n, whatever became of the frame
+                end
+            else
+                write(SOCK[], mark == 0 ? frame : in_mark(FrameKind.MRK, max(mark, 0), frame))
+            end
         catch e
             # An interrupt is the cell's, not a dead socket. On master a cell's ^C is a
             # CancellationRequest, and a socket write is a cancellation point ("the uv write
@@ -47,7 +56,12 @@ end
 send_frame(kind::String, args::String, payload::String; mark::Int = 0) =
     send_frame(kind, args, codeunits(payload); mark = mark)
 
-"""A marker with no frame to carry (see drain_output): the supervisor still counts it."""
+"""`frame` inside an MRK or MRN frame (`kind`) of marker `n`."""
+in_mark(kind::String, n::Int, frame::Vector{UInt8}) =
+    vcat(codeunits(string(kind, " ", n, " ", length(frame), "\n")), frame)
+
+"""A marker with no frame to carry (see drain_output): the supervisor still counts it. (After
+`MARK_AFTER` no marker was written, and none is needed.)"""
 send_mark(mark::Int) = mark > 0 && send_frame(FrameKind.MRK, string(mark))
 
 protocol_failure(msg) = (diag("protocol error: ", msg, "; closing the connection"); exit(86))
