@@ -480,11 +480,11 @@ class Kernel:
                 raise BenchError(msg)
             ready = dict(poller.poll(int(left * 1000) + 1))
             if shell.socket in ready:
-                msg = shell.get_msg(timeout=0)
+                msg = self._received(shell, "shell")
                 if msg["parent_header"].get("msg_id") == msg_id:
                     reply, t_reply = msg, time.perf_counter() - t0
             if iopub.socket in ready:
-                msg = iopub.get_msg(timeout=0)
+                msg = self._received(iopub, "IOPub")
                 if msg["parent_header"].get("msg_id") != msg_id:
                     continue
                 kind = msg["msg_type"]
@@ -508,6 +508,15 @@ class Kernel:
             "".join(chunks) if keep_text else None,
             result,
         )
+
+    def _received(self, channel: Any, name: str) -> dict[str, Any]:
+        """The message waiting on ``channel``; a malformed one (jupyter_client's deserialize
+        refuses it: a bad signature, missing parts) is this kernel's failure, named."""
+        try:
+            msg: dict[str, Any] = channel.get_msg(timeout=0)
+        except ValueError as exc:
+            raise BenchError(f"{self.label}: a malformed {name} message ({exc})") from exc
+        return msg
 
     def check(self, code: str, expect: str | None = None, **kwargs: Any) -> CellRun:
         """Run a cell that must succeed (and show ``expect``, if given)."""
