@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -369,6 +370,61 @@ def test_kernel_info(shared: tuple[KernelManager, BlockingKernelClient]) -> None
     assert "debugger" not in reply["supported_features"]
     assert "kernel subshells" in reply["supported_features"]
     assert info["version"] in reply["banner"]
+
+
+# The installed kernel with its start() held until a request waits on its shell socket, as one
+# does when a client connects and asks at once while the kernel process still sets up.
+_LATE_START = """
+import runpy, sys, time
+
+import zmq
+from jutul_jkernel.jupyter import kernel
+
+start = kernel.JuliaKernel.start
+
+
+def late_start(self):
+    deadline = time.monotonic() + 60
+    while not self.shell_stream.socket.get(zmq.EVENTS) & zmq.POLLIN:
+        if time.monotonic() > deadline:
+            sys.exit("no request came")
+        time.sleep(0.01)
+    start(self)
+
+
+kernel.JuliaKernel.start = late_start
+sys.argv = ["jutul_jkernel", *sys.argv[1:]]
+runpy.run_module("jutul_jkernel", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_kernel_info_request_there_before_the_start_waits_for_julia(
+    kernel_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A client that connects and asks at once (nbclient, JupyterLab) can have its
+    kernel_info_request waiting on the shell socket before the kernel's start(): the reply
+    still waits for Julia and names its version, as a later one does (it said "unknown" while
+    Julia's start became a task only a turn of the loop after such a request was handled)."""
+    kernels = Path(kernel_env["JUPYTER_PATH"]) / "kernels"
+    spec = json.loads((kernels / KERNEL_NAME / "kernel.json").read_text())
+    wrapper = tmp_path / "late_start.py"
+    wrapper.write_text(_LATE_START)
+    python, _, _, *rest = spec["argv"]  # python -m jutul_jkernel -f {connection_file}
+    spec["argv"] = [python, str(wrapper), *rest]
+    name = f"{KERNEL_NAME}-late-start"
+    (kernels / name).mkdir(exist_ok=True)
+    (kernels / name / "kernel.json").write_text(json.dumps(spec))
+    km = KernelManager(kernel_name=name)
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    try:
+        reply = reply_to(kc, kc.kernel_info(), START_TIMEOUT)["content"]
+        version = reply["language_info"]["version"]
+        assert version.count(".") == 2, reply["banner"]
+        assert version in reply["banner"]
+    finally:
+        stop_kernel(km, kc)
 
 
 # ---- crashes, shutdown, restart ----

@@ -30,7 +30,6 @@ same split.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import signal
 from typing import Any, ClassVar
@@ -111,17 +110,21 @@ class JuliaKernel(ControlRequests, ShellRouting, CommRequests, CellExecution, Qu
     # ---- start ----
 
     def start(self) -> None:
-        """Register handlers, then start Julia in the background on the main loop."""
+        """Register handlers, then start Julia in the background on the main loop.
+
+        Julia's start is a task from here on, before the loop has run anything: a request
+        that needs Julia waits for it (``_julia_ready``). Started from a callback instead, it
+        became a task a turn of the loop after a request already waiting on the shell socket
+        was handled, and a client that connected quickly got a kernel_info_reply without
+        Julia's version ("unknown") or banner."""
         super().start()
         self.read_shell_in_one_task()
-        self.io_loop.add_callback(self._start_julia)
+        loop = self.io_loop.asyncio_loop  # type: ignore[attr-defined]
+        self._main_loop.bind(loop)
+        self._julia_start = loop.create_task(self._start_quietly())
         signal.signal(signal.SIGINT, self._on_sigint)
         signal.signal(signal.SIGTERM, self._on_sigterm)
         atexit.register(self.supervisor.kill_now)
-
-    async def _start_julia(self) -> None:
-        self._main_loop.bind()
-        self._julia_start = asyncio.ensure_future(self._start_quietly())
 
     async def _start_quietly(self) -> None:
         try:

@@ -46,9 +46,10 @@ class MainLoop:
         self._idle.set()
         self._tasks: set[asyncio.Task[Any]] = set()  # spawned, kept until done
 
-    def bind(self) -> None:
-        """Take the running loop as the main loop; called on it once, before any request."""
-        self.loop = asyncio.get_running_loop()
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Take ``loop`` as the main loop; called once, on the main thread, before any
+        request."""
+        self.loop = loop
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
