@@ -38,7 +38,7 @@ class MainLoop:
     """
 
     def __init__(self) -> None:
-        self.loop: asyncio.AbstractEventLoop | None = None  # set by bind(), on the main loop
+        self.loop: asyncio.AbstractEventLoop | None = None  # set by bind(), at the start
         self._running = 0  # cells and comm deliveries running or waiting to
         # Set while none runs. An asyncio.Event takes the loop of its first wait(), which is
         # always the main loop's (see idle).

@@ -23,7 +23,7 @@
 # read to the end, that is all the marker has to do, and it can come after the frame: the
 # frame goes in `MRN <number>`, the marker right behind it, and the supervisor handles the
 # frame at once instead of reading both pipes up to the marker first (a comm echo, which
-# sends one such frame, took ~0.7 ms against IJulia's 0.3 with the marker first).
+# sends one such frame, took 1-9% less: docs/benchmarks.md).
 #
 # Without JUTUL_JKERNEL_STDOUT_FD (Windows: no inherited pipes), fd 1 and fd 2 are redirected
 # into in-process pipes and a pump task per stream forwards them as OUT frames; the drain then
