@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -660,9 +661,10 @@ def interrupts(env: JupyterEnv, plan: Plan) -> Samples:
                     key = f"{subject}:int:{shape}"
                     try:
                         out.setdefault(key, []).append(_interrupt_once(k, code))
-                    except BenchError:
+                    except BenchError as exc:
                         if subject != "ijulia":
                             raise
+                        print(f"  {exc}: counted as never answered", file=sys.stderr)
                         out.setdefault(key, []).append(math.inf)
                         gave_up.add(subject)
                         k.stop()
