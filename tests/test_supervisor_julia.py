@@ -25,7 +25,11 @@ from jutul_jkernel.protocol import kinds
 from jutul_jkernel.protocol.wire import Frame
 from jutul_jkernel.supervisor import interrupts as escalation
 from jutul_jkernel.supervisor.errors import JuliaDiedError, JuliaStartupError
+from jutul_jkernel.supervisor.event_loop_page import LoopPolls
 from jutul_jkernel.supervisor.interrupts import _cannot_read as cannot_read
+from jutul_jkernel.supervisor.interrupts import (
+    _computes_without_polling as computes_without_polling,
+)
 from jutul_jkernel.supervisor.julia_process import JuliaProcess, ThreadActivity
 from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
 from jutul_jkernel.supervisor.output_sink import Display, OutputSink
@@ -746,6 +750,90 @@ async def test_a_cell_blocked_in_c_is_signalled_without_waiting_out_the_silence(
     assert result.status == "interrupted", result
     assert result.interrupt_path == "sigint", result
     assert result.state_kept and result.notice is None, result
+
+
+# A cell that computes without yielding never polls the event loop, and Julia's stamps of each
+# poll (julia/JKernel/src/event_loop.jl) show it: the SIGINT goes once they are _LOOP_QUIET old,
+# not after the silence. The load guard (no thread waits for a core) is the next test's; here
+# the machine may be busy with other tests, so it is taken as met.
+LOOP_PAGES = PROC_SHOWS_THREADS and os.path.isdir("/proc/self/task")
+NO_LOOP_PAGES = "Julia stamps its event loop only where /proc shows threads (Linux)"
+
+
+@pytest.mark.skipif(not LOOP_PAGES, reason=NO_LOOP_PAGES)
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_cell_that_never_yields_is_signalled_without_waiting_out_the_silence(
+    warm_julia: JuliaSupervisor, start_signal: StartSignal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An allocating loop never reads the INT frame and never polls the event loop; with the
+    silence made longer than the test waits, it still ends by SIGINT, with state kept."""
+    julia = warm_julia
+    monkeypatch.setattr(escalation, "_INT_ACK_WAIT", 3600.0)
+    monkeypatch.setattr(escalation, "_INT_ACK_MAX", 3600.0)
+    monkeypatch.setattr(escalation, "no_thread_waits_for_a_core", lambda: True)
+    assert (await run(julia, "keep = 42")).status == "ok"
+    code = INTERRUPT_CASES["allocating loop"][0].format(started=start_signal.julia)
+    task = asyncio.create_task(julia.execute(code))
+    try:
+        await started_or_ended(task, start_signal)
+        await julia.interrupt()
+        result = await asyncio.wait_for(asyncio.shield(task), INTERRUPT_BOUND)
+    finally:
+        monkeypatch.undo()  # the silence ends again, should the cell still run
+        await stop_cell(julia, task)
+    assert result.status == "interrupted", result
+    assert result.interrupt_path == "sigint", result
+    assert result.state_kept and result.notice is None, result
+    assert (await run(julia, "keep")).text == "42"
+
+
+@pytest.mark.skipif(not LOOP_PAGES, reason=NO_LOOP_PAGES)
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_event_loop_page_shows_julia_polling_and_computing(
+    warm_julia: JuliaSupervisor,
+) -> None:
+    """The page Julia's INF frame names: while a cell sleeps, the loop is in its poll; while a
+    cell computes, it is not, and its last poll grows old."""
+    j = warm_julia._julia
+    assert j is not None and j.loop_page is not None, j and j.info
+    seen: dict[str, list[object]] = {"sleep": [], "compute": []}
+    for case, code in (
+        ("sleep", "sleep(0.5)"),
+        ("compute", "t0 = time_ns(); while time_ns() - t0 < 500_000_000; global junk = [1]; end"),
+    ):
+        task = asyncio.create_task(warm_julia.execute(code))
+        await asyncio.sleep(0.3)  # well inside the cell
+        seen[case].append(j.event_loop_polls())
+        assert (await asyncio.wait_for(task, 30)).status == "ok"
+    (asleep,), (computing,) = seen["sleep"], seen["compute"]
+    assert asleep is not None and asleep.polling and asleep.quiet_for() == 0, asleep
+    assert computing is not None and not computing.polling, computing
+    assert computing.quiet_for() > 0.1, computing
+
+
+def test_a_quiet_event_loop_means_computing_only_on_a_core_of_a_machine_with_one_free() -> None:
+    """The rule behind that SIGINT: thread state R (on a core or waiting for one), the loop
+    neither polling nor having polled for _LOOP_QUIET, and no thread of the machine waiting for a
+    core (else R may be a thread stopped anywhere, in the event loop's timers too)."""
+    ms = 1_000_000
+    now = 10_000 * ms
+
+    def julia(before: int, after: int) -> SimpleNamespace:
+        return SimpleNamespace(event_loop_polls=lambda: LoopPolls(before, after, now))
+
+    running, asleep = ThreadActivity("R", 0, "0"), ThreadActivity("S", 0, "do_epoll_wait")
+    quiet, recent = julia(now - 60 * ms, now - 50 * ms), julia(now - 6 * ms, now - 5 * ms)
+    polling = julia(now - 50 * ms, now - 60 * ms)  # about to poll stamped after the last poll
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(escalation, "no_thread_waits_for_a_core", lambda: True)
+        assert computes_without_polling(quiet, running)
+        assert not computes_without_polling(recent, running)
+        assert not computes_without_polling(polling, running)
+        assert not computes_without_polling(quiet, asleep)
+        assert not computes_without_polling(quiet, None)
+        assert not computes_without_polling(SimpleNamespace(event_loop_polls=lambda: None), running)
+        mp.setattr(escalation, "no_thread_waits_for_a_core", lambda: False)
+        assert not computes_without_polling(quiet, running)
 
 
 def test_only_a_thread_blocked_outside_the_event_loop_cannot_read_the_frame() -> None:

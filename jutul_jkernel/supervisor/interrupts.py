@@ -16,7 +16,11 @@ from jutul_jkernel.protocol.wire import FrameKind, encode
 from jutul_jkernel.supervisor.errors import JuliaDiedError
 from jutul_jkernel.supervisor.interrupt_claims import Claims
 from jutul_jkernel.supervisor.interrupt_state import Interrupt
-from jutul_jkernel.supervisor.julia_process import JuliaProcess, ThreadActivity
+from jutul_jkernel.supervisor.julia_process import (
+    JuliaProcess,
+    ThreadActivity,
+    no_thread_waits_for_a_core,
+)
 from jutul_jkernel.supervisor.results import InterruptStep
 from jutul_jkernel.supervisor.spawn import REAP_WAIT
 
@@ -45,10 +49,16 @@ _INT_ACK_MAX = 3.0
 # D is a disk read or a page fault (a fresh Julia on a busy machine), over by itself, which no
 # signal interrupts. The danger the silence guards against, a SIGINT landing in a libuv
 # callback, needs the thread in the event loop: asleep in epoll_wait (or a futex, where another
-# thread may run the loop), which gets no early SIGINT, or running callbacks. A running thread
-# gets none either, however long it ran: a cell that compiles for a few milliseconds between
-# yields looks the same as one that never yields, and the frame stops it cleanly at its yield.
+# thread may run the loop), which gets no early SIGINT, or running callbacks.
 _ACTIVITY_SAMPLE = 0.001
+# A running thread cannot be told from /proc to be in the event loop or out of it (a cell that
+# compiles for a few milliseconds between yields looks the same as one that never yields), but
+# Julia stamps each poll of its event loop on a page we read (julia/JKernel/src/event_loop.jl,
+# supervisor/event_loop_page.py). A main thread on a core while the loop has neither polled
+# for this long nor polls now computes outside the loop: what the silence waits to learn is
+# known already, and the SIGINT goes at once. The same as the silence, so that a cell that
+# yields every few milliseconds still stops by the frame.
+_LOOP_QUIET = _INT_ACK_WAIT
 # Where /proc shows the thread, the silence is also counted in its CPU time: on a loaded
 # machine a thread that the frame woke can wait longer than _INT_ACK_WAIT for a core, and a
 # SIGINT sent meanwhile lands where the frame was about to be read, in the event loop (a
@@ -234,12 +244,16 @@ class InterruptLadder:
 async def _acked_before_silence(j: JuliaProcess, it: Interrupt, ack: asyncio.Future[Any]) -> bool:
     """Wait for the ACK while Julia keeps sending frames; False after _INT_ACK_WAIT of silence
     (and, where /proc shows the thread, as much of its CPU time, or _INT_ACK_STARVED), or as
-    soon as a silent Julia's main thread shows that it is blocked in a C call."""
+    soon as a silent Julia's main thread shows that it is blocked in a C call, or computes
+    while its event loop has been quiet for _LOOP_QUIET."""
     loop = asyncio.get_running_loop()
     sent = loop.time()
     last = j.main_thread_activity()
     sampled = last is not None  # /proc shows the thread
     ran_from = last.cpu_ns if last is not None else 0
+    if _computes_without_polling(j, last):
+        log.debug("execution %s: Julia computes and its event loop is quiet", it.execution)
+        return False
     while True:
         until = min(max(sent, j.last_frame_at) + _INT_ACK_WAIT, sent + _INT_ACK_MAX)
         if (
@@ -259,6 +273,9 @@ async def _acked_before_silence(j: JuliaProcess, it: Interrupt, ack: asyncio.Fut
         if _cannot_read(last, now):
             log.debug("execution %s: Julia cannot read the INT frame (%s)", it.execution, now)
             return False
+        if _computes_without_polling(j, now):
+            log.debug("execution %s: Julia computes and its event loop is quiet", it.execution)
+            return False
         last = now
         sampled = now is not None
 
@@ -275,6 +292,20 @@ def _cannot_read(last: ThreadActivity | None, now: ThreadActivity | None) -> boo
         and _outside_event_loop(now.wchan)
         and _outside_event_loop(last.wchan)
     )
+
+
+def _computes_without_polling(j: JuliaProcess, now: ThreadActivity | None) -> bool:
+    """Whether Julia's main thread, sampled ``now``, is on a core while its event loop has
+    neither polled for _LOOP_QUIET nor polls now (the stamps of julia/JKernel/src/
+    event_loop.jl): it computes outside the event loop and will read the frame only at its next
+    yield, which is what the silence waits for. State R is also a thread waiting for a core,
+    which may have been stopped anywhere, in the event loop's other phases (its timers) too:
+    only while no thread of the machine waits for a core is R on one. (/proc's CPU times move
+    by scheduler ticks, 4 ms here, and cannot tell within a millisecond.)"""
+    if now is None or now.state != "R":
+        return False
+    polls = j.event_loop_polls()
+    return polls is not None and polls.quiet_for() >= _LOOP_QUIET and no_thread_waits_for_a_core()
 
 
 def _outside_event_loop(wchan: str) -> bool:

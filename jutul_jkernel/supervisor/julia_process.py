@@ -23,6 +23,7 @@ import psutil
 
 from jutul_jkernel.supervisor.child_process import ChildProcess
 from jutul_jkernel.supervisor.errors import JuliaDiedError
+from jutul_jkernel.supervisor.event_loop_page import EventLoopPage, LoopPolls
 from jutul_jkernel.supervisor.pipes import OutputPipes
 from jutul_jkernel.supervisor.post_mortem import death_error, keep_leftovers
 from jutul_jkernel.supervisor.replies import Replies
@@ -55,6 +56,27 @@ def _read_small(path: str) -> str:
         os.close(fd)
 
 
+def no_thread_waits_for_a_core() -> bool:
+    """Whether every runnable thread of the machine is on a core now (Linux: /proc/stat's
+    procs_running, which counts the running and the waiting, this one included, against the
+    cores online); False where it cannot be read."""
+    try:
+        stat = _read_small_tail("/proc/stat", b"procs_running ")
+        return 0 < int(stat.split()[0]) <= (os.cpu_count() or 1)
+    except (OSError, IndexError, ValueError):
+        return False
+
+
+def _read_small_tail(path: str, key: bytes) -> str:
+    """The text after ``key`` in the file at ``path`` (read whole: /proc/stat is a few kB)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = b"".join(iter(lambda: os.read(fd, 65536), b""))
+    finally:
+        os.close(fd)
+    return data[data.index(key) + len(key) :].decode("ascii", "replace")
+
+
 @dataclass
 class JuliaProcess:
     """One incarnation of the Julia process and its connection."""
@@ -71,6 +93,7 @@ class JuliaProcess:
     dead: bool = False
     death: JuliaDiedError | None = None
     last_frame_at: float = 0.0  # loop time of the last frame or output read
+    loop_page: EventLoopPage | None = None  # its INF frame's loop_page, mapped
 
     @property
     def running(self) -> bool:
@@ -158,6 +181,9 @@ class JuliaProcess:
         """
         tail = keep_leftovers(self.pipes, self.log_path, quote_log=quote_log)
         self.pipes = None
+        if self.loop_page is not None:
+            self.loop_page.close()
+            self.loop_page = None
         return tail
 
     def append_to_log(self, name: str, data: bytes) -> None:
@@ -191,6 +217,10 @@ class JuliaProcess:
             )
         except (OSError, IndexError, ValueError):
             return None
+
+    def event_loop_polls(self) -> LoopPolls | None:
+        """When its event loop last polled (where its INF frame named a page), else None."""
+        return self.loop_page.polls() if self.loop_page is not None else None
 
     def main_thread_faults(self) -> int | None:
         """Minor page faults of its main thread so far (Linux), else None."""

@@ -17,7 +17,8 @@ until it is connected: launched, adopted, handshake), launch_settings.py and spa
 Julia is started with, and the spawn), julia_process.py (one incarnation: requests, signals,
 log, stop), reader.py (reading its socket and pipes), routing.py (where each frame and output
 byte goes), execution_queue.py (executions one at a time), execution.py (one execution and its
-own frames), interrupts.py with interrupt_state.py and interrupt_claims.py (interrupts),
+own frames), interrupts.py with interrupt_state.py, interrupt_claims.py and event_loop_page.py
+(interrupts),
 queries.py (complete, inspect, is_complete; SYN), post_mortem.py (explaining a death),
 frame_payloads.py (checking what frames carry), output_sink.py (where output goes),
 results.py and errors.py (what callers get), beside.py (executions beside the main
@@ -45,6 +46,7 @@ from jutul_jkernel.supervisor import queries
 from jutul_jkernel.supervisor.beside import BesideExecutions
 from jutul_jkernel.supervisor.early_launch import EarlyLaunch
 from jutul_jkernel.supervisor.errors import JuliaDiedError, JuliaStartupError, describe_exit
+from jutul_jkernel.supervisor.event_loop_page import EventLoopPage
 from jutul_jkernel.supervisor.execution_queue import ExecutionQueue
 from jutul_jkernel.supervisor.frame_payloads import encode_comm, encode_comm_beside
 from jutul_jkernel.supervisor.interrupt_claims import Claims
@@ -424,6 +426,7 @@ class JuliaSupervisor:
             raise JuliaStartupError(msg) from None
         except JuliaDiedError as exc:
             raise JuliaStartupError(str(exc)) from None
+        j.loop_page = EventLoopPage.open(j.info.get("loop_page"))
 
     # ---- death and teardown ----
 

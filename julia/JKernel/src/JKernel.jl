@@ -13,6 +13,7 @@ What a notebook cell can call (as `JKernel.name`; `In`, `Out` and `IJulia` are i
 The files, in load order: `state.jl` (limits and all server state), `compat.jl` (what differs
 by Julia version, each branch citing the upstream source it follows), `helpers.jl`,
 `interrupts.jl` (how an interrupt reaches the running cell, ^C as a cancellation included),
+`event_loop.jl` (when the event loop last polled, for the supervisor's SIGINT),
 `json.jl` (the JSON writer), `frames.jl` (the frame kinds, generated from the protocol's
 declaration), `wire.jl` (frames sent, read and handled), `capture.jl` (fd 1 and 2, drain
 markers, write buffering), `display.jl`, `comms.jl` (IJulia's CommManager: comms both ways),
@@ -38,6 +39,7 @@ include("state.jl")
 include("compat.jl")
 include("helpers.jl")
 include("interrupts.jl")
+include("event_loop.jl")
 include("json.jl")
 include("frames.jl")
 include("wire.jl")

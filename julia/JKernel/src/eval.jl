@@ -306,6 +306,9 @@ function warm_up_steps()
     scratch = Module(:JKernelWarmUp)
     cell(code) = code => (warm_cell, scratch, code)
     return Pair{String,Any}[
+        # An interrupt of a cell that never yields goes by SIGINT at once from then on
+        # (event_loop.jl); ~10 ms.
+        "event loop stamps" => (stamp_event_loop!,),
         # jupyter console gives is_complete 1 s, and asks it as soon as the user presses Enter
         "is_complete" => (answer_query, "is_complete", "function f(x)", 0),
         # A widget manager's first comm_open asks this while a cell may run; the kernel waits

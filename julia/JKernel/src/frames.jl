@@ -12,7 +12,9 @@
 #   RDY <token> 0                  handshake, always the first frame: the one-time token the
 #                                  supervisor gave Julia
 #   INF <n>                        JSON facts about the Julia process: julia_version, julia_path
-#                                  (the running binary), pid, threads, loaded_from (cache|source)
+#                                  (the running binary), pid, threads, loaded_from (cache|source),
+#                                  loop_page (where to open the page on which Julia stamps its event
+#                                  loop's polls, /proc/<pid>/fd/<n>, or "": event_loop.jl)
 #   OUT <stream stdout|stderr> <n> live bytes written to fd 1 / fd 2 (Julia, C, child processes), in
 #                                  order within each stream, only where the supervisor cannot read
 #                                  those pipes (Windows)

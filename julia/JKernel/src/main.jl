@@ -83,6 +83,7 @@ function serve(args)
     delete!(ENV, "JUTUL_JKERNEL_TOKEN")   # user code and child processes must not see it
     CLAIMS_DIR[] = get(ENV, "JUTUL_JKERNEL_CLAIMS", "")   # see claim_interrupt
     delete!(ENV, "JUTUL_JKERNEL_CLAIMS")
+    loop_page = watch_event_loop!()
     watch_parent!()
     SOCK[] = connect_supervisor(address)
     # RDY first: the supervisor gives a connection 5 s to say who it is (handshake.py), and
@@ -110,7 +111,8 @@ function serve(args)
     send_frame(FrameKind.INF, "", json(Dict("julia_version" => string(VERSION), "pid" => getpid(),
                                     "julia_path" => running_julia_path(),
                                     "threads" => Threads.nthreads(),
-                                    "loaded_from" => LOADED_FROM[])))
+                                    "loaded_from" => LOADED_FROM[],
+                                    "loop_page" => loop_page)))
     EVAL_TASK[] = schedule(Task(eval_loop))   # after the handshake: its warm-up must wait
     schedule(Task(query_loop))
     listener = schedule(Task(listen_loop))
