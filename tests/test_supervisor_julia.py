@@ -735,44 +735,18 @@ async def test_a_cell_blocked_in_c_is_signalled_without_waiting_out_the_silence(
     """A cell blocked in a C call never reads the INT frame, and Julia's main thread shows it
     (asleep in the kernel, outside the event loop): the SIGINT goes then, not after the
     silence, and delivers the interrupt with state kept."""
-    julia = warm_julia
-    monkeypatch.setattr(escalation, "_INT_ACK_WAIT", 3600.0)
-    monkeypatch.setattr(escalation, "_INT_ACK_MAX", 3600.0)
-    code = INTERRUPT_CASES["blocking ccall"][0].format(started=start_signal.julia)
-    task = asyncio.create_task(julia.execute(code))
-    try:
-        await started_or_ended(task, start_signal)
-        await julia.interrupt()
-        result = await asyncio.wait_for(asyncio.shield(task), INTERRUPT_BOUND)
-    finally:
-        monkeypatch.undo()  # the silence ends again, should the cell still run
-        await stop_cell(julia, task)
-    assert result.status == "interrupted", result
-    assert result.interrupt_path == "sigint", result
-    assert result.state_kept and result.notice is None, result
+    await interrupted_without_the_silence(warm_julia, start_signal, monkeypatch, "blocking ccall")
 
 
-# A cell that computes without yielding never polls the event loop, and Julia's stamps of each
-# poll (julia/JKernel/src/event_loop.jl) show it: the SIGINT goes once they are _LOOP_QUIET old,
-# not after the silence. The load guard (no thread waits for a core) is the next test's; here
-# the machine may be busy with other tests, so it is taken as met.
-LOOP_PAGES = PROC_SHOWS_THREADS and os.path.isdir("/proc/self/task")
-NO_LOOP_PAGES = "Julia stamps its event loop only where /proc shows threads (Linux)"
-
-
-@pytest.mark.skipif(not LOOP_PAGES, reason=NO_LOOP_PAGES)
-@pytest.mark.asyncio(loop_scope="module")
-async def test_a_cell_that_never_yields_is_signalled_without_waiting_out_the_silence(
-    warm_julia: JuliaSupervisor, start_signal: StartSignal, monkeypatch: pytest.MonkeyPatch
+async def interrupted_without_the_silence(
+    julia: JuliaSupervisor, start_signal: StartSignal, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
-    """An allocating loop never reads the INT frame and never polls the event loop; with the
-    silence made longer than the test waits, it still ends by SIGINT, with state kept."""
-    julia = warm_julia
+    """Interrupt ``case`` with the silence made longer than the test waits: it must still end
+    by SIGINT, with state kept."""
     monkeypatch.setattr(escalation, "_INT_ACK_WAIT", 3600.0)
     monkeypatch.setattr(escalation, "_INT_ACK_MAX", 3600.0)
-    monkeypatch.setattr(escalation, "no_thread_waits_for_a_core", lambda: True)
     assert (await run(julia, "keep = 42")).status == "ok"
-    code = INTERRUPT_CASES["allocating loop"][0].format(started=start_signal.julia)
+    code = INTERRUPT_CASES[case][0].format(started=start_signal.julia)
     task = asyncio.create_task(julia.execute(code))
     try:
         await started_or_ended(task, start_signal)
@@ -787,7 +761,25 @@ async def test_a_cell_that_never_yields_is_signalled_without_waiting_out_the_sil
     assert (await run(julia, "keep")).text == "42"
 
 
-@pytest.mark.skipif(not LOOP_PAGES, reason=NO_LOOP_PAGES)
+# A cell that computes without yielding never polls the event loop, and Julia's stamps of each
+# poll (julia/JKernel/src/event_loop.jl) show it: the SIGINT goes once they are _LOOP_QUIET old,
+# not after the silence. The load guard (no thread waits for a core) is the next test's; here
+# the machine may be busy with other tests, so it is taken as met.
+NO_LOOP_PAGES = "Julia stamps its event loop only where /proc shows threads (Linux)"
+
+
+@pytest.mark.skipif(not PROC_SHOWS_THREADS, reason=NO_LOOP_PAGES)
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_cell_that_never_yields_is_signalled_without_waiting_out_the_silence(
+    warm_julia: JuliaSupervisor, start_signal: StartSignal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An allocating loop never reads the INT frame and never polls the event loop; with the
+    silence made longer than the test waits, it still ends by SIGINT, with state kept."""
+    monkeypatch.setattr(escalation, "no_thread_waits_for_a_core", lambda: True)
+    await interrupted_without_the_silence(warm_julia, start_signal, monkeypatch, "allocating loop")
+
+
+@pytest.mark.skipif(not PROC_SHOWS_THREADS, reason=NO_LOOP_PAGES)
 @pytest.mark.asyncio(loop_scope="module")
 async def test_the_event_loop_page_shows_julia_polling_and_computing(
     warm_julia: JuliaSupervisor,

@@ -306,9 +306,6 @@ function warm_up_steps()
     scratch = Module(:JKernelWarmUp)
     cell(code) = code => (warm_cell, scratch, code)
     return Pair{String,Any}[
-        # An interrupt of a cell that never yields goes by SIGINT at once from then on
-        # (event_loop.jl); ~10 ms.
-        "event loop stamps" => (stamp_event_loop!,),
         # jupyter console gives is_complete 1 s, and asks it as soon as the user presses Enter
         "is_complete" => (answer_query, "is_complete", "function f(x)", 0),
         # A widget manager's first comm_open asks this while a cell may run; the kernel waits
@@ -337,6 +334,9 @@ function warm_up_steps()
         "syntax error" => (parse_cell, "function f(x)", "warm-up"),
         "complete" => (answer_query, "complete", "prin", 4),
         "inspect" => (answer_query, "inspect", "sum", 3),
+        # An interrupt of a cell that never yields goes by SIGINT at once from then on
+        # (event_loop.jl); ~10 ms, last: a query that comes meanwhile waits for the step.
+        "event loop stamps" => (stamp_event_loop!,),
     ]
 end
 
