@@ -735,14 +735,30 @@ async def test_a_cell_blocked_in_c_is_signalled_without_waiting_out_the_silence(
     """A cell blocked in a C call never reads the INT frame, and Julia's main thread shows it
     (asleep in the kernel, outside the event loop): the SIGINT goes then, not after the
     silence, and delivers the interrupt with state kept."""
-    await interrupted_without_the_silence(warm_julia, start_signal, monkeypatch, "blocking ccall")
+    result, _ = await interrupted_without_the_silence(
+        warm_julia, start_signal, monkeypatch, "blocking ccall"
+    )
+    assert result.interrupt_path == "sigint", result
+    assert result.notice is None, result
 
 
 async def interrupted_without_the_silence(
-    julia: JuliaSupervisor, start_signal: StartSignal, monkeypatch: pytest.MonkeyPatch, case: str
-) -> None:
-    """Interrupt ``case`` with the silence made longer than the test waits: it must still end
-    by SIGINT, with state kept."""
+    julia: JuliaSupervisor,
+    start_signal: StartSignal,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    bound: float = INTERRUPT_BOUND,
+) -> tuple[ExecutionResult, int]:
+    """Interrupt ``case`` with the silence made longer than the test waits; return its result,
+    whose state must be kept, and how many SIGINTs went to Julia meanwhile."""
+    signals: list[float] = []
+    interrupt = JuliaProcess.interrupt
+
+    def counted(j: JuliaProcess) -> None:
+        signals.append(time.monotonic())
+        interrupt(j)
+
+    monkeypatch.setattr(JuliaProcess, "interrupt", counted)
     monkeypatch.setattr(escalation, "_INT_ACK_WAIT", 3600.0)
     monkeypatch.setattr(escalation, "_INT_ACK_MAX", 3600.0)
     assert (await run(julia, "keep = 42")).status == "ok"
@@ -751,14 +767,14 @@ async def interrupted_without_the_silence(
     try:
         await started_or_ended(task, start_signal)
         await julia.interrupt()
-        result = await asyncio.wait_for(asyncio.shield(task), INTERRUPT_BOUND)
+        result = await asyncio.wait_for(asyncio.shield(task), bound)
     finally:
         monkeypatch.undo()  # the silence ends again, should the cell still run
         await stop_cell(julia, task)
     assert result.status == "interrupted", result
-    assert result.interrupt_path == "sigint", result
-    assert result.state_kept and result.notice is None, result
+    assert result.state_kept, result
     assert (await run(julia, "keep")).text == "42"
+    return result, len(signals)
 
 
 # A cell that computes without yielding never polls the event loop, and Julia's stamps of each
@@ -774,9 +790,17 @@ async def test_a_cell_that_never_yields_is_signalled_without_waiting_out_the_sil
     warm_julia: JuliaSupervisor, start_signal: StartSignal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An allocating loop never reads the INT frame and never polls the event loop; with the
-    silence made longer than the test waits, it still ends by SIGINT, with state kept."""
+    silence made longer than the test waits, the SIGINT still goes, and ends it with state
+    kept. Julia 1.5.3 at times lets the first SIGINT pass in this loop (once in a fresh
+    clone's make test, after other interrupts of the same session; the comment above
+    CATCH_AND_REPORT says when), and takes the forced one that follows: bounded by the whole
+    escalation, not by INTERRUPT_BOUND, and "forced" is then its path."""
     monkeypatch.setattr(escalation, "no_thread_waits_for_a_core", lambda: True)
-    await interrupted_without_the_silence(warm_julia, start_signal, monkeypatch, "allocating loop")
+    result, signals = await interrupted_without_the_silence(
+        warm_julia, start_signal, monkeypatch, "allocating loop", escalation.settle_wait()
+    )
+    assert signals >= 1, result
+    assert result.interrupt_path in {"sigint", "forced"}, result
 
 
 @pytest.mark.skipif(not PROC_SHOWS_THREADS, reason=NO_LOOP_PAGES)
