@@ -89,7 +89,9 @@ function stamp_event_loop!()
             ccall(:uv_check_init, Cint, (Ptr{Cvoid}, Ptr{Cvoid}), loop, check) == 0 &&
             ccall(:uv_prepare_start, Cint, (Ptr{Cvoid}, Ptr{Cvoid}), prepare, stamp) == 0 &&
             ccall(:uv_check_start, Cint, (Ptr{Cvoid}, Ptr{Cvoid}), check, stamp) == 0
-        ok || diag("event loop not stamped: libuv refused a handle")
+        # (Without the check stamp the page reads as never polled: the supervisor waits as
+        # without a page.)
+        ok || (diag("event loop not stamped: libuv refused a handle"); return nothing)
         # Neither handle keeps the loop alive (Julia's loop waits for its own handles).
         ccall(:uv_unref, Cvoid, (Ptr{Cvoid},), prepare)
         ccall(:uv_unref, Cvoid, (Ptr{Cvoid},), check)
