@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -16,11 +17,7 @@ from jutul_jkernel.protocol.wire import FrameKind, encode
 from jutul_jkernel.supervisor.errors import JuliaDiedError
 from jutul_jkernel.supervisor.interrupt_claims import Claims
 from jutul_jkernel.supervisor.interrupt_state import Interrupt
-from jutul_jkernel.supervisor.julia_process import (
-    JuliaProcess,
-    ThreadActivity,
-    no_thread_waits_for_a_core,
-)
+from jutul_jkernel.supervisor.julia_process import JuliaProcess, ThreadActivity
 from jutul_jkernel.supervisor.results import InterruptStep
 from jutul_jkernel.supervisor.spawn import REAP_WAIT
 
@@ -306,6 +303,27 @@ def _computes_without_polling(j: JuliaProcess, now: ThreadActivity | None) -> bo
         return False
     polls = j.event_loop_polls()
     return polls is not None and polls.quiet_for() >= _LOOP_QUIET and no_thread_waits_for_a_core()
+
+
+def no_thread_waits_for_a_core() -> bool:
+    """Whether every runnable thread of the machine is on a core now (Linux: /proc/stat's
+    procs_running, which counts the running and the waiting, this one included, against the
+    cores online); False where it cannot be read."""
+    try:
+        stat = _read_small_tail("/proc/stat", b"procs_running ")
+        return 0 < int(stat.split()[0]) <= (os.cpu_count() or 1)
+    except (OSError, IndexError, ValueError):
+        return False
+
+
+def _read_small_tail(path: str, key: bytes) -> str:
+    """The text after ``key`` in the file at ``path`` (read whole: /proc/stat is a few kB)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = b"".join(iter(lambda: os.read(fd, 65536), b""))
+    finally:
+        os.close(fd)
+    return data[data.index(key) + len(key) :].decode("ascii", "replace")
 
 
 def _outside_event_loop(wchan: str) -> bool:

@@ -56,27 +56,6 @@ def _read_small(path: str) -> str:
         os.close(fd)
 
 
-def no_thread_waits_for_a_core() -> bool:
-    """Whether every runnable thread of the machine is on a core now (Linux: /proc/stat's
-    procs_running, which counts the running and the waiting, this one included, against the
-    cores online); False where it cannot be read."""
-    try:
-        stat = _read_small_tail("/proc/stat", b"procs_running ")
-        return 0 < int(stat.split()[0]) <= (os.cpu_count() or 1)
-    except (OSError, IndexError, ValueError):
-        return False
-
-
-def _read_small_tail(path: str, key: bytes) -> str:
-    """The text after ``key`` in the file at ``path`` (read whole: /proc/stat is a few kB)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        data = b"".join(iter(lambda: os.read(fd, 65536), b""))
-    finally:
-        os.close(fd)
-    return data[data.index(key) + len(key) :].decode("ascii", "replace")
-
-
 @dataclass
 class JuliaProcess:
     """One incarnation of the Julia process and its connection."""
