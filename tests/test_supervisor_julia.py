@@ -451,6 +451,34 @@ async def test_a_display_after_output_read_to_the_end_goes_at_once_and_output_st
     assert await julia._julia.pipes.passed(int(numbered.text), CELL_BOUND)
 
 
+async def test_a_display_in_a_buffered_flood_comes_after_every_line_printed_before_it(
+    julia: JuliaSupervisor,
+) -> None:
+    """While Julia buffers its writes (a flood), a display still follows every line printed
+    before it, and the lines after it follow it: the drain before its frame writes the buffer
+    out (capture.jl, ``flush_pending``), where a flush that found nothing to write is skipped."""
+    seen: list[str] = []
+    sink = OutputSink(
+        lambda stream, data: seen.append(data.decode()),
+        lambda shown: seen.append(f"[{shown.data['text/plain']}]"),
+    )
+    # a flood of 0.3 s: the flusher turns buffering on after a whole interval of it
+    code = (
+        't = time(); n = 0; while time() - t < 0.3; n += 1; println("before ", n); end; '
+        'b = JKernel.BUFFERED[]; display("shown"); for i in 1:3; println("after ", i); end; '
+        '"$b $n"'
+    )
+    r = await run(julia, code, sink)
+    assert r.status == "ok", r
+    buffered, n = r.text.strip('"').split()
+    assert buffered == "true", "the flood never buffered: nothing to see"
+    text = "".join(seen)
+    before, shown, after = text.partition('["shown"]')
+    assert shown, text[-300:]
+    assert before.splitlines() == [f"before {i}" for i in range(1, int(n) + 1)], before[-200:]
+    assert after.splitlines() == ["after 1", "after 2", "after 3"], after
+
+
 async def test_logging_and_display_are_captured(julia: JuliaSupervisor, output: Output) -> None:
     """@warn goes to stderr and display(x) to the display callback, in order with prints."""
     shown: list[Display] = []

@@ -98,15 +98,43 @@ function flush_all()
     Libc.flush_cstdio()
 end
 
-"""`flush(io)`, whatever it throws but an interrupt (a named function: `quietly`'s closure
-would compile at the first drain)."""
+"""`flush(io)` (of a pipe: `flush_pending`), whatever it throws but an interrupt (a named
+function: `quietly`'s closure would compile at the first drain)."""
 function flush_quietly(io)
     try
-        flush(io)
+        io isa Base.PipeEndpoint ? flush_pending(io) : flush(io)
     catch e
         e isa InterruptException && rethrow()
     end
     nothing
+end
+
+"""
+    flush_pending(pipe)
+
+`flush(pipe)` only if something written to it has not reached the OS yet: bytes in its send
+buffer (`set_buffering!`), or a write libuv still queues (the pipe was full). Base's flush
+otherwise writes zero bytes and waits for libuv's callback (base/stream.jl `flush(::LibuvStream)`
+on release-1.10, release-1.12 and master): a syscall and a turn of the event loop, for nothing,
+and a drain flushed each pipe twice (`flush_all`), every cell and every comm message.
+"""
+function flush_pending(pipe::Base.LibuvStream)
+    writes_pending(pipe) && flush(pipe)
+    nothing
+end
+flush_pending(io) = (flush(io); nothing)
+
+"""Whether `pipe` holds written bytes the OS does not have yet (see `flush_pending`)."""
+function writes_pending(pipe::Base.LibuvStream)
+    Base.iolock_begin()
+    buf = pipe.sendbuf
+    # libuv counts the bytes of the writes it still queues (uv_stream_t.write_queue_size);
+    # a write that went through whole at once was never queued.
+    pending = (buf !== nothing && bytesavailable(buf) > 0) ||
+              (pipe.handle != C_NULL &&
+               ccall(:uv_stream_get_write_queue_size, Csize_t, (Ptr{Cvoid},), pipe.handle) > 0)
+    Base.iolock_end()
+    return pending
 end
 
 """
@@ -155,7 +183,7 @@ function put_marker()
     for name in ("stdout", "stderr")
         w = PIPES[name]
         write(w, MARK)
-        flush(w)
+        flush_pending(w)   # buffered writes (set_buffering!) hold it back until flushed
     end
 end
 
@@ -396,9 +424,9 @@ function Base.write(s::StdioContext, b::UInt8)
     return io isa Base.PipeEndpoint ? write(io, b) : write(io, b)
 end
 function Base.flush(s::StdioContext)
-    (tagged(s) || SHELLS_USED[]) && flush(PIPES["stdout"])
+    (tagged(s) || SHELLS_USED[]) && flush_pending(PIPES["stdout"])
     io = s.io
-    return io isa Base.PipeEndpoint ? flush(io) : flush(io)
+    return io isa Base.PipeEndpoint ? flush_pending(io) : flush(io)
 end
 Base.lock(s::StdioContext) = (io = s.io; io isa Base.PipeEndpoint ? lock(io) : lock(io))
 Base.unlock(s::StdioContext) = (io = s.io; io isa Base.PipeEndpoint ? unlock(io) : unlock(io))
