@@ -29,6 +29,7 @@ function precompile_workload()
     precompile(json, (IOBuffer, Int32))   # the handshake's pid: getpid() is an Int32
     precompile(flush_quietly, (PIPE_STDIO,))
     precompile(flush_quietly, (Base.PipeEndpoint,))
+    precompile(flush_pending, (Base.PipeEndpoint,))   # put_marker's pipes are PIPES' (Any)
     precompile(serve, (Vector{String},))
     precompile(watch_parent!, ())
     precompile(redirect_output!, ())
@@ -108,6 +109,7 @@ function precompile_workload()
         precompile(local_ijulia_imports, (T,))
     end
     precompile(ijulia_path_lacking, (Expr,))
+    precompile(is_signature, (Expr,))   # a cell that defines a function
     precompile(run_startup_files, ())
     precompile(compile_worker_handling, ())
     # run after every evaluation; uncompiled, it held back the first cell's result 1.0-2.4 s
@@ -174,6 +176,13 @@ function precompile_workload()
                  "undefined_name_", "1 + \"a\"", "[1][2]", "[1.0 2.0; 3.0 4.0]",
                  "Dict(\"a\" => 1)", "1;")
         warm_cell(@__MODULE__, code)   # as a warm-up step runs a cell (eval.jl)
+    end
+    # a cell that loads packages: its AST through local_ijulia_imports and the REPL's
+    # transforms (eval.jl eval_cell), without evaluating it; uncompiled, the first `using` of a
+    # session took 26 ms more than the `using` itself (1.10.0)
+    loads = local_ijulia_imports(parse_cell("using Base64\nimport Base64: base64encode", "precompile"))
+    for transform in default_ast_transforms(true)
+        loads = transform(loads)
     end
     beside = EvalCtx(1, current_task(), false, false, false, UInt8[], UInt8[])
     with_ctx(() -> capped(run_cell(@__MODULE__, "1 + 1", "precompile", 0, beside).text), beside)
