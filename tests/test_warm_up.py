@@ -184,3 +184,19 @@ async def test_the_start_and_the_warm_up_compile_nothing_of_the_kernels_own(
         if "JKernel." in line and not line.endswith("# recompile")
     ]
     assert not own, "\n".join(own)
+
+
+async def test_the_warm_up_reads_no_debug_information_and_the_first_error_does() -> None:
+    """The warm-up's errors are shown without looking a frame of compiled code up, so Julia
+    has read none of its debug information when the warm-up ends (~70 MiB kept for the session
+    on 1.10.0, as the user's first error then reads it, as in the REPL and IJulia); the user's
+    first error still shows Base's frames, with their files and lines."""
+    async with JuliaSupervisor(startup_timeout=STARTUP_TIMEOUT) as sup:
+        await wait_until_warm(sup)
+        looked_up = await run(sup, "length(JKernel.FRAMES_AT)")
+        assert looked_up.text == "0", f"the warm-up looked {looked_up.text} addresses up"
+        failed = await run(sup, 'sum(["a", "b"])')
+        assert failed.status == "error", failed
+        traceback = "\n".join(failed.error_info().traceback)
+        assert "reduce.jl" in traceback, traceback
+        assert (await run(sup, "length(JKernel.FRAMES_AT) > 0")).text == "true"

@@ -111,6 +111,7 @@ const IDLE_GENERATION = Ref(0)         # requests taken so far (evaluations, com
                                        # queries taken and answered): dates a WarmUpTick
 const WARM_UP = Pair{String,Any}[]    # the warm-up steps still to run: name => (f, args...)
 const WARMING = Ref(true)              # warm-up steps remain
+const WARM_UP_TASK = Ref{Any}(nothing) # the task running a warm-up step (eval.jl frames_at)
 
 # ---- evaluations beside the main one: a subshell's cells and comm messages (beside.jl) ----
 
