@@ -49,13 +49,13 @@ function bundle_mimes(@nospecialize(x))
     key = (Base.get_world_counter(), hash(REGISTERED_MIMES), hash(REGISTERED_JSON_MIMES))
     table = BUNDLE_TABLE[]
     if table.key == key
-        known = get(table.mimes, T, nothing)
-        known === nothing || return known
+        known = get(table.mimes, objectid(T), nothing)
+        known !== nothing && known[1] === T && return known[2]
     end
     found = find_bundle_mimes(x)
     if all(m -> showable_by_type(m, T), candidate_mimes())
         mimes = table.key == key ? copy(table.mimes) : empty(table.mimes)
-        mimes[T] = found
+        mimes[objectid(T)] = (T, found)
         BUNDLE_TABLE[] = BundleTable(key, mimes)   # two threads at once: one's entry is lost
     end
     return found

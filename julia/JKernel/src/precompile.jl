@@ -105,11 +105,9 @@ function precompile_workload()
     precompile(eval_cell, (Module, String, String))
     precompile(mode_line, (String,))
     precompile(cell_number, (String, Int))
-    for T in (Expr, QuoteNode, Symbol, LineNumberNode, Int, String)   # a cell's AST, node by node
-        precompile(local_ijulia_imports, (T,))
-    end
+    precompile(local_ijulia_imports, (Any,))   # a cell's AST, node by node
     precompile(ijulia_path_lacking, (Expr,))
-    precompile(is_signature, (Expr,))   # a cell that defines a function
+    precompile(is_signature, (Any,))   # a cell that defines a function
     precompile(run_startup_files, ())
     precompile(compile_worker_handling, ())
     # run after every evaluation; uncompiled, it held back the first cell's result 1.0-2.4 s

@@ -97,7 +97,7 @@ applies it to each expression of the file. A path the kernel's module lacks is a
 it. Quoted code and macro calls are left as written: a macro such as `@everywhere` sends its
 expression to processes that have no kernel module.
 """
-function local_ijulia_imports(ast)
+function local_ijulia_imports(@nospecialize(ast))   # one method for every kind of node
     ast isa Expr || return ast
     head = ast.head
     head in (:quote, :inert, :macrocall) && return ast
@@ -136,7 +136,7 @@ function include_mapped(arg)
     return Expr(:let, bind, Expr(:block, call))
 end
 
-is_signature(ex) = ex isa Expr && (ex.head === :call ||
+is_signature(@nospecialize(ex)) = ex isa Expr && (ex.head === :call ||
     (ex.head in (:where, :(::)) && !isempty(ex.args) && is_signature(ex.args[1])))
 
 # The paths of one `using`/`import`: `A.B`, `A.B: x, y as z` (head `:`), `A.B as C` (1.6+).

@@ -202,13 +202,14 @@ const DISPLAY_COUNTER = Ref(0)         # display ids `display(x; display_id = tr
 # What a value's bundle holds besides text/plain, per type (display.jl, bundle_mimes), for
 # one world counter and set of registered types (their hashes). A table is replaced whole,
 # never changed once published: threads read it without a lock, and so no interrupt can
-# leave a lock held.
+# leave a lock held. Keyed by the type's objectid, the entry naming its type: a Dict keyed by
+# the types themselves compiled its setindex! once per type (a key's type is Type{T}).
 mutable struct BundleTable
     key::Tuple{UInt,UInt,UInt}
-    mimes::Dict{Type,Vector{Tuple{MIME,Bool}}}
+    mimes::Dict{UInt,Tuple{Type,Vector{Tuple{MIME,Bool}}}}
 end
-const BUNDLE_TABLE =
-    Ref(BundleTable((UInt(0), UInt(0), UInt(0)), Dict{Type,Vector{Tuple{MIME,Bool}}}()))
+const BUNDLE_TABLE = Ref(BundleTable((UInt(0), UInt(0), UInt(0)),
+                                     Dict{UInt,Tuple{Type,Vector{Tuple{MIME,Bool}}}}()))
 
 # ---- comms (comms.jl) ----
 
