@@ -104,7 +104,7 @@ function local_ijulia_imports(@nospecialize(ast))   # one method for every kind 
     if head === :using || head === :import
         lacking = ijulia_path_lacking(ast)
         lacking === nothing || return :(throw(ArgumentError($lacking)))
-        return Expr(head, map(kernel_ijulia_path, ast.args)...)
+        return Expr(head, Any[kernel_ijulia_path(a) for a in ast.args]...)   # no eltype to find at run time
     elseif head === :call && length(ast.args) == 2 && ast.args[1] === :include &&
             !(ast.args[2] isa Expr && ast.args[2].head in (:..., :kw, :parameters))
         return include_mapped(local_ijulia_imports(ast.args[2]))
