@@ -142,6 +142,21 @@ FIRST_QUERIES: dict[str, tuple[tuple[str, str, int], tuple[str, str, int]]] = {
     "inspect": (("inspect", "sum", 3), ("inspect", "sum", 3)),
     "error": (("execute", 'error("e")', 0), ("execute", 'raise ValueError("e")', 0)),
 }
+# A notebook's first cells, each of a kind whose first run compiles something, run in this
+# order in a fresh kernel once it is idle (this kernel after its warm-up): (label, code).
+# IJulia and this kernel run the same code.
+FIRST_CELLS: tuple[tuple[str, str], ...] = (
+    ("a function definition", "first_f(x) = 2x"),
+    ("the function's first call", "first_f(3)"),
+    ("a struct and its value", "struct FirstPoint; x::Int; end; FirstPoint(1)"),
+    ("a Char", "'a'"),
+    ("a Dict", "Dict(:a => 1)"),
+    ("a comprehension", "[i^2 for i in 1:10]"),
+    ("a random matrix", "rand(3, 3)"),
+    ("a printed line", 'println("first")'),
+    ("using a standard library", "using LinearAlgebra"),
+    ("an error", 'error("e")'),
+)
 # The kernel's wait before it answers is_complete "unknown" (lifted by first_queries).
 _IS_COMPLETE_WAIT = "JUTUL_JKERNEL_IS_COMPLETE_WAIT"
 _QUERY_CHECKS: dict[str, Callable[[dict[str, Any]], bool]] = {
@@ -209,6 +224,11 @@ ROWS: list[RowSpec] = [
             RowSpec("first query", f"first {kind} after kernel_info_reply: request -> reply",
                     "ms", f"julia:first:{kind}", f"ipykernel:first:{kind}", target="<= 100 ms"),
         )
+    ),
+    *(
+        RowSpec("first cells", f"first cell of an idle kernel: {label}", "ms",
+                f"julia:cell:{label}", f"ijulia:cell:{label}", target="<= 1x")
+        for label, _ in FIRST_CELLS
     ),
     RowSpec("restart", "restart_kernel -> next result", "s", "julia:restart",
             "ijulia:restart", target="<= 1x"),
@@ -558,6 +578,30 @@ def first_queries(env: JupyterEnv, plan: Plan) -> Samples:
     return out
 
 
+def first_cells(env: JupyterEnv, plan: Plan) -> Samples:
+    """FIRST_CELLS in a fresh kernel of each Julia subject, once it is idle (settled: this
+    kernel's warm-up over), each timed to its reply; a first round warms the disk cache."""
+    out: Samples = {}
+    for i in range(plan.startup_runs + 1):
+        for subject, name in subjects(env).items():
+            if subject not in JULIA_SUBJECTS:
+                continue
+            k = Kernel(env, name)
+            try:
+                k.start()
+                settle(k)
+                for label, code in FIRST_CELLS:
+                    r = k.run(code, keep_text=False, timeout=120)
+                    if r.status != ("error" if code.startswith("error(") else "ok"):
+                        msg = f"{k.label}: {code!r} ended {r.status}: {r.reply['content']}"
+                        raise BenchError(msg)
+                    if i:
+                        out.setdefault(f"{subject}:cell:{label}", []).append(r.t_reply)
+            finally:
+                k.stop()
+    return out
+
+
 # Why restart has no pre-started spare Julia (issue 10 item 4), measured 2026-11-22 under load
 # 2.8-3.3 on 2 cores, 5 runs, medians: a supervisor's restart -> next result took 8.39 s against
 # 5.89 s for a cold start, of which stopping the old Julia was 0.39 s; a warmed spare would cut
@@ -764,6 +808,7 @@ SECTIONS: dict[str, Callable[[JupyterEnv, Plan], Samples]] = {
     "throughput": throughput,
     "startup": startup,
     "first_queries": first_queries,
+    "first_cells": first_cells,
     "restart": restart,
     "interrupt": interrupts,
     "comms": comms,
@@ -775,6 +820,7 @@ ROW_SECTION = {
     "throughput": "throughput",
     "start-up": "startup",
     "first query": "first_queries",
+    "first cells": "first_cells",
     "restart": "restart",
     "interrupt": "interrupt",
     "comms": "comms",

@@ -211,39 +211,47 @@ NEW_TYPES_CELLS = (
     "'s'",
     "Dict(:shown => 1)",
 )
+# Cells with no code of their own to compile: an assignment, an Int shown, a line printed, a
+# `using` of a loaded module.
+NOTHING_TO_COMPILE = ("x_shown = 1", "x_shown", 'println("shown")', "using Base64")
 # The bundle table's entry type (display.jl, BundleMimes): a Base method compiled with it is
 # compiled for the kernel's own data.
 BUNDLE_ENTRY = "Tuple{Base.Multimedia.MIME{mime} where mime, Bool}"
 
 
 async def test_cells_of_new_types_compile_only_their_own_code(tmp_path: Path) -> None:
-    """After the warm-up, a cell that defines a function, one that shows a struct's value, a
-    literal of a new kind or a Dict compile only what is theirs
-    (--trace-compile: the type's constructor and `show`), nothing of JKernel's and nothing for
-    the kernel's own tables: each new type used to compile the display path, the AST rewrite
-    of the cell and a dictionary's setindex! again, and the first function definition of a
-    session took 131-147 ms against IJulia's 24-26 (1.10.0). A `using` compiles nothing."""
+    """After the warm-up, notebook cells (named In[n], so `ans` and `Out` are set) that define
+    a function, show a struct's value, a literal of a new kind or a Dict compile only what is
+    theirs (--trace-compile: the type's constructor and `show`), nothing of JKernel's and
+    nothing for the kernel's own tables; and an assignment, an Int, a `println` and a `using`
+    compile nothing at all. Each new type used to compile the display path, the AST rewrite of
+    the cell and a dictionary's setindex! again, and the first function definition of a session
+    took 131-147 ms against IJulia's 24-26 (1.10.0); `ans` compiled per value type, a first
+    `println` 5 ms and a first `using` 26-28 ms."""
     if not _uses_pkgimages():
         pytest.skip("this Julia's package cache holds no native code (1.5-1.8, or --pkgimages=no)")
     trace = tmp_path / "compiled.jl"
     sup = JuliaSupervisor(julia_args=[f"--trace-compile={trace}"], startup_timeout=STARTUP_TIMEOUT)
     await sup.start()
+
+    async def cell(n: int, code: str) -> None:
+        done = await asyncio.wait_for(sup.execute(code, name=f"In[{n}]"), QUERY_BOUND)
+        assert done.status == "ok", (code, done.text)
+
     try:
         await wait_until_warm(sup)
         before = len(trace.read_text().splitlines())
-        for code in NEW_TYPES_CELLS:
-            done = await run(sup, code)
-            assert done.status == "ok", (code, done.text)
-        # A `using` of a loaded module has no code of its own: it compiles nothing at all
-        # (the first `using` of a session compiled 26-28 ms of the AST rewrite's).
-        before_using = len(trace.read_text().splitlines())
-        assert (await run(sup, "using Base64")).status == "ok"
+        for n, code in enumerate(NEW_TYPES_CELLS, 1):
+            await cell(n, code)
+        before_plain = len(trace.read_text().splitlines())
+        for n, code in enumerate(NOTHING_TO_COMPILE, len(NEW_TYPES_CELLS) + 1):
+            await cell(n, code)
         # the trace is written as Julia compiles: a last cell orders it after the others
         await run(sup, "nothing")
+        lines = trace.read_text().splitlines()  # read before Julia's exit compiles its own
     finally:
         await sup.shutdown()
-    lines = trace.read_text().splitlines()
     own = [line for line in lines[before:] if "JKernel." in line or BUNDLE_ENTRY in line]
     assert not own, "\n".join(own)
-    using = lines[before_using:]
-    assert not using, "\n".join(using)
+    plain = lines[before_plain:]
+    assert not plain, "\n".join(plain)

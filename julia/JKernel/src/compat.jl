@@ -135,7 +135,7 @@ and stdlib/REPL/src/REPL.jl, release-1.10, release-1.12 and master); 1.5-1.8 set
 directly (1.5.3 base/client.jl, `jl_set_global`), and have no `err`, which then lives in
 `MainNames`, beside `In` and `Out`, so it never overwrites a user's own `err`.
 """
-function set_main_global!(name::Symbol, value)
+function set_main_global!(name::Symbol, @nospecialize(value))   # one method for every value
     if main_include_has(name)
         if isdefined(Core, :setglobal!)
             getfield(Core, :setglobal!)(Base.MainInclude, name, value)

@@ -36,7 +36,7 @@ ans = nothing
 
 """Called by run_cell for each notebook cell: its number, then (when it ran) its value."""
 record_cell!(cell::Int) = (global n = cell; nothing)
-record_value!(value) = (global ans = value; nothing)
+record_value!(@nospecialize(value)) = (global ans = value; nothing)
 
 """Forget `In` and `Out` (all, or the given cell numbers), so their values can be freed."""
 clear_history() = (empty!(In); empty!(Out); record_value!(nothing); nothing)

@@ -115,6 +115,13 @@ function precompile_workload()
     precompile(update_lifelines, ())
     precompile(capped, (String,))
     precompile(println, (PIPE_STDIO, String))
+    # a cell's `println("...")` to stdout: Base's one-argument method dispatches to ours
+    # (StdioContext) at run time, and compiled then (5 ms of a session's first print, 1.10.0)
+    precompile(println, (String,))
+    precompile(print, (String,))
+    precompile(write, (Base.PipeEndpoint, Vector{UInt8}))   # our println's one write
+    precompile(set_main_global!, (Symbol, Any))   # `ans` after every named cell
+    precompile(IJulia.record_value!, (Any,))
     precompile(print, (PIPE_STDIO, String))
     for T in (Nothing, Int, Float64, String, Bool, Vector{Int}, Vector{Float64}, Matrix{Float64},
               Dict{String,Int}, Dict{Int,Int})
