@@ -313,8 +313,6 @@ function warm_up_steps()
     scratch = Module(:JKernelWarmUp)
     cell(code) = code => (warm_cell, scratch, code)
     return Pair{String,Any}[
-        # jupyter console gives is_complete 1 s, and asks it as soon as the user presses Enter
-        "is_complete" => (answer_query, "is_complete", "function f(x)", 0),
         # A widget manager's first comm_open asks this while a cell may run; the kernel waits
         # 1 s for the answer (jupyter/comms.py _COMM_TARGET_WAIT), and cold it took 0.3 s even after
         # the other steps, 3.6 s in a fresh session, on a loaded machine.
