@@ -15,6 +15,7 @@ import zmq
 from jupyter_client.session import Session
 
 from jutul_jkernel.jupyter import sockets
+from jutul_jkernel.jupyter.session import KernelSession
 from jutul_jkernel.jupyter.sockets import MainLoopIOPub, SendNowStream
 
 from .main_loop import run
@@ -88,6 +89,42 @@ def test_what_iopub_holds_leaves_at_the_next_turn_of_the_loop(sent: list[bytes])
         assert sub.poll(1000) and sub.recv_multipart() == [b"busy"]
         iopub.send_multipart([b"idle"])  # no longer held
         assert sent == [b"busy", b"idle"]
+        close(iopub, shell, sub)
+
+    run(test)
+
+
+def test_a_held_message_is_serialised_when_it_leaves_and_in_its_turn(sent: list[bytes]) -> None:
+    """The kernel's session hands a message sent while IOPub holds over unserialised (its JSON
+    and signature are made while Julia works), and it still leaves in its turn among the
+    messages held before and after it, as the subscriber reads it."""
+
+    async def test(ctx: zmq.Context[Any]) -> None:
+        iopub, shell, sub = await kernel_sockets(ctx)
+        session = KernelSession(key=b"k")
+        packed: list[Any] = []
+
+        def pack(obj: Any) -> bytes:
+            packed.append(obj)
+            return Session(key=b"k").pack(obj)
+
+        session.pack = pack
+        sent.clear()
+        iopub.hold()
+        iopub.send_multipart([b"first"])
+        session.send(iopub, "status", {"execution_state": "busy"}, ident=b"status")
+        iopub.send_multipart([b"last"])
+        assert sent == []
+        assert packed == []  # not serialised yet
+        iopub.release()
+        assert sent == [b"first", b"status", b"last"]
+        assert {"execution_state": "busy"} in packed
+        got = [sub.recv_multipart() for _ in range(3) if sub.poll(1000)]
+        assert [m[0] for m in got] == [b"first", b"status", b"last"]
+        msg = Session(key=b"k").deserialize(Session(key=b"k").feed_identities(got[1])[1])
+        assert msg["content"] == {"execution_state": "busy"}
+        session.send(iopub, "status", {"execution_state": "idle"}, ident=b"status")
+        assert sent[-1] == b"status"  # not held: serialised and sent at once
         close(iopub, shell, sub)
 
     run(test)

@@ -123,8 +123,23 @@ class KernelSession(Session):
             "content": {} if content is None else content,
             "metadata": meta,
         }
+        msg["tracker"] = DONE
+        send_later = getattr(stream, "send_later", None)
+        if send_later is None or not send_later(lambda: self._pack_and_send(s, stream, msg, ident)):
+            self._pack_and_send(s, stream, msg, ident)
+        return msg
+
+    def _pack_and_send(
+        self, s: _Settings, stream: Any, msg: dict[str, Any], ident: bytes | list[bytes] | None
+    ) -> None:
+        """Serialise and sign ``msg`` (built by ``send``), and send it on ``stream``."""
         pack = s.pack
-        packed = [pack(head), pack(msg["parent_header"]), pack(meta), pack(msg["content"])]
+        packed = [
+            pack(msg["header"]),
+            pack(msg["parent_header"]),
+            pack(msg["metadata"]),
+            pack(msg["content"]),
+        ]
         if s.auth is None:
             signature = b""
         else:
@@ -140,8 +155,6 @@ class KernelSession(Session):
             to_send = [ident, DELIM, signature, *packed]
         copy = max(len(p) for p in to_send) < s.copy_threshold
         stream.send_multipart(to_send, copy=copy)
-        msg["tracker"] = DONE
-        return msg
 
     def deserialize(
         self,

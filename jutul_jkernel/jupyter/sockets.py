@@ -136,7 +136,7 @@ class MainLoopIOPub:
         self._progress_at = 0.0  # when the backlog last shrank (or began)
         self._lossy_until = 0.0  # while later than now, the socket drops for a full subscriber
         self._caught_up: asyncio.Event | None = None  # set while the backlog is empty
-        self._held: list[tuple[list[Any], dict[str, Any]]] | None = None  # see hold()
+        self._held: list[Callable[[], None]] | None = None  # sends kept by hold(), in order
 
     # ---- what ipykernel calls ----
 
@@ -166,11 +166,21 @@ class MainLoopIOPub:
             self._held = []
             self.io_loop.asyncio_loop.call_soon(self.release)  # type: ignore[attr-defined]
 
+    def send_later(self, send: Callable[[], None]) -> bool:
+        """While :meth:`hold` keeps messages (main thread only), keep ``send`` among them, to be
+        called in its turn by :meth:`release`; say whether it was kept. ``KernelSession.send``
+        hands its serialising and signing over this way (a status message ~30 us), which then
+        happen while Julia works too, after the request's frame has gone to Julia."""
+        if self._held is None or threading.current_thread() is not self._owner:
+            return False
+        self._held.append(send)
+        return True
+
     def release(self) -> None:
         """Send what :meth:`hold` kept, in order."""
         held, self._held = self._held, None
-        for msg, kwargs in held or ():
-            self._send(msg, **kwargs)
+        for send in held or ():
+            send()
 
     async def caught_up(self) -> None:
         """Return once every message made so far has been queued for the subscribers (main
@@ -214,7 +224,7 @@ class MainLoopIOPub:
             look_again(self._subscriptions)
             return
         if self._held is not None:
-            self._held.append((msg, kwargs))
+            self._held.append(lambda: self._send(msg, **kwargs))
         elif self._backlog:
             self._backlog.append((msg, kwargs))  # behind the messages that wait
         elif not self._try_send(msg, kwargs):
