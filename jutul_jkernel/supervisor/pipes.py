@@ -91,7 +91,7 @@ class _Stream:
 
         whole = len(self.prefix) + 2
         pos = 0
-        while (i := buf.find(self.prefix, pos)) >= 0:
+        while (i := _find_marker(buf, self.prefix, pos)) >= 0:
             if i + whole > len(buf):  # its code has not arrived yet
                 emit(buf[pos:i])
                 self.tail = buf[i:]
@@ -135,6 +135,19 @@ class _Stream:
         emit(rest[:cut])
         self.tail = rest[cut:]
         return pieces
+
+
+def _find_marker(buf: bytes, prefix: bytes, pos: int) -> int:
+    """Where the next marker's ``prefix`` starts in ``buf`` from ``pos`` (-1: nowhere).
+
+    A marker starts with NUL, which output rarely holds: a search for that byte (memchr) takes
+    ~8 us a MiB against ~370 for the prefix's own (CPython's search for a 22-byte needle), which
+    made the marker search a quarter of the kernel's CPU for a 20 MB print. Past a NUL that starts
+    no marker, the prefix's own search goes on, so output full of NULs costs what it did."""
+    i = buf.find(b"\0", pos)
+    if i < 0 or buf.startswith(prefix, i):
+        return i
+    return buf.find(prefix, i + 1)
 
 
 def _route_of(arg: bytes) -> tuple[int, str]:
