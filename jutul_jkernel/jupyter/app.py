@@ -10,7 +10,7 @@ import zmq
 from ipykernel.kernelapp import IPKernelApp
 
 from jutul_jkernel.jupyter.session import KernelSession
-from jutul_jkernel.jupyter.sockets import MainLoopIOPub, SendNowStream
+from jutul_jkernel.jupyter.sockets import IOPUB_QUEUE_MESSAGES, MainLoopIOPub, SendNowStream
 
 # How long close() waits for the control thread to finish the request it is handling. It
 # normally stops in milliseconds; jupyter_client kills a kernel that is not gone 5 s after its
@@ -56,6 +56,7 @@ class JuliaKernelApp(IPKernelApp):
         """
         socket = context.socket(zmq.XPUB)
         socket.linger = 1000
+        socket.sndhwm = IOPUB_QUEUE_MESSAGES
         self._apply_curve_server_options(socket)
         self.iopub_port = self._bind_socket(socket, self.iopub_port)
         self.log.debug("iopub PUB Channel on port: %i", self.iopub_port)

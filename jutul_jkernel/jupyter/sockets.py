@@ -21,16 +21,16 @@ it after the request. :class:`SendNowStream` sends a reply at once instead: the 
 leaves as soon as it is made, one turn of the loop earlier.
 
 **A slow subscriber.** An XPUB socket drops a message for a subscriber whose queue is full
-(1000 messages, each up to 256 KiB of output): a client that read more slowly than a flood came
-(a test's client on a loaded machine, nbclient on a busy one) lost output and then the cell's
-idle status, and waited for it forever. The socket is set not to drop (``XPUB_NODROP``): a
-message that cannot be queued waits in :class:`MainLoopIOPub`'s backlog, in order, behind
-which everything after it waits too; the backlog is retried every ``_RETRY_INTERVAL``, and
-``Publisher.backpressure`` awaits it (:meth:`MainLoopIOPub.caught_up`), which pauses reading
-Julia, whose writes then wait. A subscriber that takes nothing for ``_STALL_LIMIT`` (a client
-stopped with Ctrl-Z, say) must not stop the kernel: the socket drops for any full subscriber
-again, as ipykernel's always does, for ``_LOSSY_PERIOD``; then it tries not to, and goes on
-dropping at once if a queue is still full.
+(``IOPUB_QUEUE_MESSAGES``, each up to ~320 KiB of output): a client that read more slowly than a
+flood came (a test's client on a loaded machine, nbclient on a busy one) lost output and then
+the cell's idle status, and waited for it forever. The socket is set not to drop
+(``XPUB_NODROP``): a message that cannot be queued waits in :class:`MainLoopIOPub`'s backlog, in
+order, behind which everything after it waits too; the backlog is retried every
+``_RETRY_INTERVAL``, and ``Publisher.backpressure`` awaits it (:meth:`MainLoopIOPub.caught_up`),
+which pauses reading Julia, whose writes then wait. A subscriber that takes nothing for
+``_STALL_LIMIT`` (a client stopped with Ctrl-Z, say) must not stop the kernel: the socket drops
+for any full subscriber again, as ipykernel's always does, for ``_LOSSY_PERIOD``; then it tries
+not to, and goes on dropping at once if a queue is still full.
 
 **Sends past a stream.** Both sockets are read by a ``ZMQStream`` and written here directly.
 A socket's file descriptor is edge-triggered: it turns readable when the socket's mailbox gets
@@ -68,6 +68,12 @@ _SUBSCRIBE = 1  # the first byte of an XPUB subscription event; 0 is an unsubscr
 # against 0.01 for ints), once for each message sent.
 _SNDMORE = int(zmq.SNDMORE)
 _NOBLOCK = int(zmq.NOBLOCK)
+# How many messages IOPub's socket queues for one subscriber before the backlog takes over and
+# Julia waits (its SNDHWM). ZMQ's default, 1000, let a client that fell behind a flood of output
+# hold ~1000 stream messages of up to ~320 KiB each (a full 256 KiB pipe and 64 KiB before it) in
+# the kernel: 363 MiB more RSS beside a subscriber that read nothing while 1 GiB was printed. 128
+# bound that at ~40 MiB, and still queue a burst of small messages (displays, statuses) whole.
+IOPUB_QUEUE_MESSAGES = 128
 # Seconds. How often a backlog is retried: a client that reads a message per millisecond or two
 # is kept up with, at a few wake-ups per message at most.
 _RETRY_INTERVAL = 0.002
