@@ -128,3 +128,25 @@ def test_a_held_message_is_serialised_when_it_leaves_and_in_its_turn(sent: list[
         close(iopub, shell, sub)
 
     run(test)
+
+
+def test_a_held_message_that_cannot_be_serialised_loses_none_after_it(
+    sent: list[bytes], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Serialised late, a message whose content JSON cannot take fails at the release, not
+    where it was made: it is logged, and the messages held after it still leave."""
+
+    async def test(ctx: zmq.Context[Any]) -> None:
+        iopub, shell, sub = await kernel_sockets(ctx)
+        session = KernelSession(key=b"k")
+        sent.clear()
+        iopub.hold()
+        session.send(iopub, "status", {"execution_state": "busy"}, ident=b"busy")
+        session.send(iopub, "display_data", {"data": object()}, ident=b"bad")
+        session.send(iopub, "status", {"execution_state": "idle"}, ident=b"idle")
+        iopub.release()
+        assert sent == [b"busy", b"idle"]
+        assert "could not be sent" in caplog.text
+        close(iopub, shell, sub)
+
+    run(test)

@@ -213,6 +213,18 @@ def _stream_flood(
     return received, peak[0] - before, time.perf_counter() - t0
 
 
+def stuck_subscriber(km: KernelManager) -> zmq.Socket[bytes]:
+    """A second IOPub subscriber that will read nothing (a client stopped with Ctrl-Z), its
+    queues small, subscribed once this returns."""
+    stuck = zmq.Context.instance().socket(zmq.SUB)
+    stuck.setsockopt(zmq.RCVHWM, 1)
+    stuck.setsockopt(zmq.RCVBUF, SMALL_RCVBUF)  # filled by the flood, not grown to 32 MiB
+    stuck.setsockopt(zmq.SUBSCRIBE, b"")
+    stuck.connect(f"{km.transport}://{km.ip}:{km.iopub_port}")
+    time.sleep(0.5)  # subscribed
+    return stuck
+
+
 @pytest.mark.timeout(400)
 def test_one_gigabyte_streams_with_bounded_memory(
     kernel: tuple[KernelManager, BlockingKernelClient],
@@ -240,13 +252,8 @@ def test_a_subscriber_that_reads_nothing_holds_little_of_a_flood_in_the_kernel(
     jupyter/sockets.py), and the client that reads gets all of it."""
     km, kc = kernel
     drain(kc)
-    stuck = zmq.Context.instance().socket(zmq.SUB)
-    stuck.setsockopt(zmq.RCVHWM, 1)
-    stuck.setsockopt(zmq.RCVBUF, SMALL_RCVBUF)  # filled by the flood, not grown to 32 MiB
-    stuck.setsockopt(zmq.SUBSCRIBE, b"")
-    stuck.connect(f"{km.transport}://{km.ip}:{km.iopub_port}")
+    stuck = stuck_subscriber(km)
     try:
-        time.sleep(0.5)  # subscribed
         received, growth, elapsed = _stream_flood(kc, km, 1 << 18)
     finally:
         stuck.close(linger=0)
@@ -419,13 +426,8 @@ def test_a_subscriber_that_reads_nothing_does_not_stop_the_kernel(
     client too may lose what it falls far behind on, as with ipykernel.)"""
     km, kc = kernel
     drain(kc)
-    stuck = zmq.Context.instance().socket(zmq.SUB)
-    stuck.setsockopt(zmq.RCVHWM, 1)
-    stuck.setsockopt(zmq.RCVBUF, SMALL_RCVBUF)  # filled by the flood, not grown to 32 MiB
-    stuck.setsockopt(zmq.SUBSCRIBE, b"")
-    stuck.connect(f"{km.transport}://{km.ip}:{km.iopub_port}")
+    stuck = stuck_subscriber(km)
     try:
-        time.sleep(0.5)  # subscribed
         started = time.monotonic()
         msg_id = kc.execute(MANY_DISPLAYS)
         displays, idle = _displays_until_idle(kc, msg_id, per_message=0.0, bound=30.0)

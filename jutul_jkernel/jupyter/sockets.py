@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -62,6 +63,8 @@ import zmq
 from jupyter_client.session import Session
 from tornado import ioloop
 from zmq.eventloop.zmqstream import ZMQStream
+
+log = logging.getLogger(__name__)
 
 _SUBSCRIBE = 1  # the first byte of an XPUB subscription event; 0 is an unsubscription
 # pyzmq's flags as plain ints: `|` on its IntFlag members runs enum.py's Python code (~0.6 µs
@@ -183,10 +186,14 @@ class MainLoopIOPub:
         return True
 
     def release(self) -> None:
-        """Send what :meth:`hold` kept, in order."""
+        """Send what :meth:`hold` kept, in order. A message that cannot be serialised (made
+        before it was held, it fails only now) is logged, and the ones after it still go."""
         held, self._held = self._held, None
         for send in held or ():
-            send()
+            try:
+                send()
+            except Exception:
+                log.exception("an IOPub message held for its request could not be sent")
 
     async def caught_up(self) -> None:
         """Return once every message made so far has been queued for the subscribers (main
