@@ -41,13 +41,14 @@ from collections.abc import Callable
 
 # Read up to this much per wake-up.
 _READ_BYTES = 1024 * 1024
-# A read asks for what waits in the pipe (FIONREAD), not for _READ_BYTES: CPython's os.read
+# A read asks for _SMALL_READ_BYTES when little waits in the pipe (FIONREAD): CPython's os.read
 # allocates the size asked for and then shrinks it, and an allocation past glibc's mmap
-# threshold (128 KiB until the process frees a larger one) is an mmap, a page fault and an
-# mremap and munmap. Reading a 23-byte marker with 1 MiB asked took ~15 us, with its size ~1.3
-# (ioctl included); a comm echo reads two. Where the pipe cannot say (FIONREAD answers 0 at
-# end of file, and errors off Linux and BSD), this much is asked.
-_PROBE_BYTES = 4096
+# threshold (128 KiB until the process frees a larger one) is an mmap, page faults, an mremap
+# and a munmap (in a process of nine threads each munmap is a TLB shootdown too). Reading a
+# 23-byte marker with 1 MiB asked took ~15 us, with 64 KiB ~1.3 (the ioctl included); a comm
+# echo reads two, a cell that prints at least one. More waiting (a flood) is read 1 MiB at a
+# time as before, as is a pipe that cannot say.
+_SMALL_READ_BYTES = 64 * 1024
 _FIONREAD = getattr(termios, "FIONREAD", None)
 STREAMS = ("stdout", "stderr")
 # While paused, a wait for a marker reads this often.
@@ -307,7 +308,7 @@ class OutputPipes:
 
     def _read(self, s: _Stream) -> None:
         try:
-            data = os.read(s.fd, self._waiting(s.fd))
+            data = os.read(s.fd, self._read_size(s.fd))
         except BlockingIOError:
             return
         except OSError:
@@ -327,16 +328,14 @@ class OutputPipes:
         if (s.seen != before or s.eof) and self._changed is not None:
             self._changed.set()
 
-    def _waiting(self, fd: int) -> int:
-        """How much to read from pipe ``fd`` now: what waits in it, up to _READ_BYTES (see
-        _PROBE_BYTES)."""
+    def _read_size(self, fd: int) -> int:
+        """How much to ask of pipe ``fd`` now, by how much waits in it (_SMALL_READ_BYTES)."""
         if _FIONREAD is not None:
             with contextlib.suppress(OSError):
                 fcntl.ioctl(fd, _FIONREAD, self._count)
-                n = int.from_bytes(self._count, sys.byteorder)
-                if n > 0:
-                    return min(n, _READ_BYTES)
-        return _PROBE_BYTES
+                if int.from_bytes(self._count, sys.byteorder) <= _SMALL_READ_BYTES:
+                    return _SMALL_READ_BYTES
+        return _READ_BYTES
 
     def _arrived(self, s: _Stream, piece: Piece) -> None:
         """Pass a piece read from ``s`` on, or hold it behind a marker not yet released."""
