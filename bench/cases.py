@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
@@ -353,13 +353,16 @@ def subjects(env: JupyterEnv, *, kfloor: bool = False) -> dict[str, str]:
     return out
 
 
-def in_turn(kernels: dict[str, Kernel], block: int) -> list[tuple[str, Kernel]]:
+_K = TypeVar("_K")
+
+
+def in_turn(kernels: dict[str, _K], block: int) -> list[tuple[str, _K]]:
     """The kernels in the order the ``block``-th block runs them: each block starts one later.
 
     Run in the same order every time, the kernel after the last one was slower: with blocks of
     20 round trips, the same tree measured as two kernels read 60-90 us more per comm echo and
     `1+1` first than second (session 27, Julia 1.10.0, beside IJulia last). Turning the order
-    gives each kernel every place equally often."""
+    gives each kernel every place equally often (kernels running, or kernelspecs to start)."""
     items = list(kernels.items())
     turn = block % len(items) if items else 0
     return items[turn:] + items[:turn]
@@ -542,7 +545,7 @@ def startup(env: JupyterEnv, plan: Plan) -> Samples:
     out: Samples = {}
     names = {"julia": JULIA, "late": LATE, **subjects(env)}
     for i in range(plan.startup_runs + 1):
-        for subject, name in names.items():
+        for subject, name in in_turn(names, i):
             got = _start_once(env, name)
             if i:
                 for what, v in got.items():
@@ -584,7 +587,7 @@ def first_queries(env: JupyterEnv, plan: Plan) -> Samples:
     try:
         for i in range(plan.startup_runs + 1):
             for kind, requests in FIRST_QUERIES.items():
-                for subject, name in subjects(env).items():
+                for subject, name in in_turn(subjects(env), i):
                     request = requests[0 if subject in JULIA_SUBJECTS else 1]
                     took = _first_query_once(env, name, kind, request)
                     if i:  # the first round warms the disk cache
@@ -601,10 +604,9 @@ def first_cells(env: JupyterEnv, plan: Plan) -> Samples:
     """FIRST_CELLS in a fresh kernel of each Julia subject, once it is idle (settled: this
     kernel's warm-up over), each timed to its reply; a first round warms the disk cache."""
     out: Samples = {}
+    julias = {s: name for s, name in subjects(env).items() if s in JULIA_SUBJECTS}
     for i in range(plan.startup_runs + 1):
-        for subject, name in subjects(env).items():
-            if subject not in JULIA_SUBJECTS:
-                continue
+        for subject, name in in_turn(julias, i):
             k = Kernel(env, name)
             try:
                 k.start()
@@ -716,8 +718,8 @@ def interrupts(env: JupyterEnv, plan: Plan) -> Samples:
             k.check(_KEEP[subject])
         for shape, (jcode, pcode, _) in INTERRUPTS.items():
             gave_up: set[str] = set()
-            for _ in range(plan.interrupt_runs):
-                for subject, k in list(kernels.items()):
+            for run in range(plan.interrupt_runs):
+                for subject, k in in_turn(kernels, run):
                     code = _code(subject, jcode, pcode)
                     if code is None or subject in gave_up:
                         continue
@@ -735,9 +737,13 @@ def interrupts(env: JupyterEnv, plan: Plan) -> Samples:
                         kernels[subject].start()
                         kernels[subject].check(_KEEP[subject])
             for subject in ("julia", "ijulia"):
-                k = kernels.get(subject)
-                if k is not None and subject not in gave_up and k.check("keep").result != "42":
-                    msg = f"{k.label} lost its state to {shape!r} interrupts"
+                kept = kernels.get(subject)
+                if (
+                    kept is not None
+                    and subject not in gave_up
+                    and kept.check("keep").result != "42"
+                ):
+                    msg = f"{kept.label} lost its state to {shape!r} interrupts"
                     raise BenchError(msg)
     finally:
         _stop_all(kernels)
