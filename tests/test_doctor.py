@@ -116,6 +116,7 @@ def test_every_check_passes_on_this_julia() -> None:
         re.MULTILINE,
     )
     assert timing is not None, out
+    assert "Julia alone: an error thrown in a function and caught: ok" in out.splitlines(), out
 
 
 def test_a_failing_check_is_reported_and_the_others_still_run() -> None:
@@ -143,3 +144,24 @@ def test_a_julia_that_cannot_start_fails_every_check(tmp_path: Path) -> None:
     assert str(missing) in start[1], out
     assert out.count("not run: Julia did not start") == len(ROWS) - 1
     assert f"0/{len(ROWS)} checks passed" in out.splitlines()
+
+
+def test_a_julia_that_crashes_on_its_own_is_named_as_the_cause(tmp_path: Path) -> None:
+    """A "julia" that is killed by SIGSEGV whatever it runs (as Debian's 1.5.3 is beside a newer
+    libunwind, at every error thrown): every row fails, the line on Julia alone says how it died
+    outside the kernel, and the doctor says to repair that Julia instead of asking for a report."""
+    crashing = tmp_path / "julia"
+    crashing.write_text("#!/bin/sh\nkill -SEGV $$\n")
+    crashing.chmod(0o755)
+    done = doctor("--julia", str(crashing))
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    assert rows(out) == dict.fromkeys(ROWS, "FAIL"), out
+    alone = [line for line in out.splitlines() if line.startswith("Julia alone: ")]
+    assert len(alone) == 1, out
+    assert str(crashing) in alone[0], out
+    assert alone[0].endswith(
+        "it was killed by SIGSEGV (a crash inside Julia or a library it called)"
+    )
+    assert "This Julia fails on its own, outside the kernel" in out, out
+    assert "Please report this at" not in out, out

@@ -8,7 +8,9 @@ outcome: output on stdout and stderr, logging, colour, displays, errors, the ``?
 cell, an interrupt that keeps state, and a death that is explained. It prints one line per
 check (``ok`` or ``FAIL``, milliseconds, and on a FAIL what went wrong), then the Julia that
 actually ran (version from the server's INF frame, path from its ``Sys.BINDIR``) and the time
-from start to first result beside bare ``julia -e nothing``. Exit status 1 on any FAIL.
+from start to first result beside bare ``julia -e nothing``, and whether that Julia, alone,
+survives an error thrown in a function and caught (a Julia that does not fails every check, and
+the doctor says so rather than ask for a report). Exit status 1 on any FAIL.
 The checks themselves, and the Julia code they run, are :mod:`jutul_jkernel.tools.doctor_checks`;
 this module runs and times them and reports.
 
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 
 from jutul_jkernel import settings
-from jutul_jkernel.supervisor.errors import JuliaDiedError, JuliaStartupError
+from jutul_jkernel.supervisor.errors import JuliaDiedError, JuliaStartupError, describe_exit
 from jutul_jkernel.supervisor.julia_options import add_julia_options, julia_flags
 from jutul_jkernel.supervisor.julia_supervisor import JuliaSupervisor
 from jutul_jkernel.supervisor.juliaup import julia_argv, split_channel
@@ -54,6 +56,13 @@ _SETTLE_WAIT = 150.0
 # read Julia from a cold disk, which the supervisor's start then does not).
 _BARE_RUNS = 2
 _BARE_TIMEOUT = 60.0
+# Julia alone, outside the kernel: an error thrown in a function and caught, as every cell's
+# error and the server's own start do. A Julia killed by this fails every check, and the
+# kernel can only say how it died ("killed by SIGSEGV"): Debian's julia 1.5.3 beside a
+# libunwind newer than the 1.3.2 it was built with dies so as any error unwinds (in libunwind's
+# dwarf_search_unwind_table, gdb), seen with bookworm's 1.6.2.
+_PROBE_CODE = 'f() = error("probe"); try f() catch end'
+_PROBE_LABEL = "an error thrown in a function and caught"
 # How many lines of a FAIL's message its row shows.
 _DETAIL_LINES = 8
 
@@ -85,6 +94,9 @@ class Report:
     bare_command: list[str] = field(default_factory=list)
     bare_ms: float | None = None
     bare_error: str | None = None
+    probe_command: list[str] = field(default_factory=list)
+    probe_error: str | None = None  # how Julia alone failed _PROBE_CODE, None when it did not
+    julia_broken: bool = False  # it ran and failed: Julia's fault, not the kernel's
 
     @property
     def failed(self) -> list[CheckResult]:
@@ -127,29 +139,37 @@ def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
+async def _run_once(command: list[str]) -> tuple[float | None, str | None, bool]:
+    """Run ``command`` (no input, output dropped): milliseconds if it exited 0, else None and
+    why not; and whether it could be started at all."""
+    t0 = time.perf_counter()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+    except OSError as exc:
+        return None, f"could not run it: {exc}", False
+    try:
+        code = await asyncio.wait_for(proc.wait(), _BARE_TIMEOUT)
+    except (TimeoutError, asyncio.TimeoutError):
+        proc.kill()
+        await proc.wait()
+        return None, f"it did not finish within {_BARE_TIMEOUT:g} s", True
+    if code != 0:
+        return None, f"it {describe_exit(code)}", True
+    return _ms(t0), None, True
+
+
 async def _bare_start(command: list[str]) -> tuple[float | None, str | None]:
     """The fastest of _BARE_RUNS runs of ``command`` in milliseconds, or why there is none."""
     best: float | None = None
     for _ in range(_BARE_RUNS):
-        t0 = time.perf_counter()
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *command,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL,
-            )
-        except OSError as exc:
-            return None, f"could not run it: {exc}"
-        try:
-            code = await asyncio.wait_for(proc.wait(), _BARE_TIMEOUT)
-        except (TimeoutError, asyncio.TimeoutError):
-            proc.kill()
-            await proc.wait()
-            return None, f"it did not finish within {_BARE_TIMEOUT:g} s"
-        if code != 0:
-            return None, f"it exited with status {code}"
-        elapsed = _ms(t0)
+        elapsed, why, _ = await _run_once(command)
+        if elapsed is None:
+            return None, why
         best = elapsed if best is None else min(best, elapsed)
     return best, None
 
@@ -178,6 +198,9 @@ async def diagnose(
     flags = [*([channel] if channel else []), *([] if wants_startup else ["--startup-file=no"])]
     report.bare_command = julia_argv(julia, flags, "-e", "nothing")
     report.bare_ms, report.bare_error = await _bare_start(report.bare_command)
+    report.probe_command = julia_argv(julia, flags, "-e", _PROBE_CODE)
+    _, report.probe_error, ran = await _run_once(report.probe_command)
+    report.julia_broken = ran and report.probe_error is not None
 
     checks = Checks(sup, colour_wanted(sup.julia_args))
     try:
@@ -284,6 +307,22 @@ def timing_line(report: Report) -> str:
     return f"start to first result: {first}; bare `{bare}`: {report.bare_ms:.0f} ms{ratio}"
 
 
+def probe_line(report: Report) -> str:
+    """Whether Julia alone survived an error thrown in a function and caught."""
+    if report.probe_error is None:
+        return f"Julia alone: {_PROBE_LABEL}: ok"
+    command = shlex.join(report.probe_command)
+    return f"Julia alone: {_PROBE_LABEL}: `{command}`: {report.probe_error}"
+
+
+def julia_broken_advice() -> str:
+    return (
+        "This Julia fails on its own, outside the kernel, so every check fails with it: repair "
+        "or replace it, then run the doctor again. A crash as an error unwinds often means a "
+        "system library (such as libunwind) other than the one that Julia was built with."
+    )
+
+
 def issues_url() -> str | None:
     """The project's issue tracker, from the installed package's metadata (Project-URL)."""
     try:
@@ -315,7 +354,8 @@ def summary(report: Report) -> list[str]:
         f"doctor: {len(bad)} of {n} checks FAILED on {on}:",
         *(f"  {line}" for row in shown for line in row_line(row).splitlines()),
         *([f"  ({not_run} more checks not run: Julia did not start)"] if not_run else []),
-        "  " + where_to_report(),
+        *([f"  {probe_line(report)}"] if report.probe_error is not None else []),
+        "  " + (julia_broken_advice() if report.julia_broken else where_to_report()),
     ]
 
 
@@ -386,8 +426,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{n - bad}/{n} checks passed")
     print(julia_line(report))
     print(timing_line(report))
+    print(probe_line(report))
     if bad:
-        print(where_to_report())
+        print(julia_broken_advice() if report.julia_broken else where_to_report())
     return 0 if report.ok else 1
 
 
