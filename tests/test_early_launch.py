@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -82,13 +83,17 @@ def _running(procs: list[psutil.Process]) -> list[int]:
 
 def _entry_probe() -> str:
     """What the kernel's entry point had loaded when it spawned Julia (or imported ipykernel)."""
-    done = subprocess.run(
-        [sys.executable, "-c", _ENTRY_PROBE],
-        capture_output=True,
-        text=True,
-        timeout=ENTRY_BOUND,
-        check=False,
-    )
+    # The probe ends itself at the spawn: the log and socket directories it had made go with
+    # this temporary folder.
+    with tempfile.TemporaryDirectory(prefix="entry-probe-") as tmp:
+        done = subprocess.run(
+            [sys.executable, "-c", _ENTRY_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=ENTRY_BOUND,
+            env={**os.environ, "TMPDIR": tmp},
+            check=False,
+        )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -105,29 +110,41 @@ def test_kernel_spawns_julia_before_anything_heavy_is_imported() -> None:
     assert _entry_probe() == "spawned with []"
 
 
-def test_a_sigterm_during_the_imports_takes_the_early_julia_along(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "held_at",
+    [
+        # the early launch's own handler (EarlyLaunch.kill_now): no supervisor yet
+        "jutul_jkernel.supervisor.from_env",
+        # the supervisor's (kill_now), which adopted that Julia
+        "ipykernel",
+    ],
+)
+def test_a_sigterm_during_the_imports_takes_the_early_julia_along(
+    tmp_path: Path, held_at: str
+) -> None:
     """A kernel SIGTERMed after it spawned Julia but before its own SIGTERM handler is in place
-    (while ipykernel is imported) kills that Julia: Python's default SIGTERM runs no atexit,
-    and a Julia still booting (here: held in its -L file) would live on without a parent."""
+    (while the supervisor or ipykernel is imported) kills that Julia: Python's default SIGTERM
+    runs no atexit, and a Julia still booting (here: held in its -L file) would live on without
+    a parent. Its socket's and log directories go too."""
     stall = tmp_path / "slow-start.jl"
     stall.write_text("sleep(60)\n")
-    # The entry point, held at its import of ipykernel once Julia is spawned.
+    # The entry point, held at its import of `held_at` once Julia is spawned.
     probe = textwrap.dedent(
         """
         import runpy, sys, time
 
-        class HoldAtIpykernel:
+        class HoldAtImport:
             def find_spec(self, name, path=None, target=None):
-                if name == "ipykernel":
+                if name == HELD_AT:
                     print("held", flush=True)
                     time.sleep(60)
                 return None
 
-        sys.meta_path.insert(0, HoldAtIpykernel())
+        sys.meta_path.insert(0, HoldAtImport())
         sys.argv = ["jutul_jkernel", "-f", "never-read.json"]
         runpy.run_module("jutul_jkernel", run_name="__main__", alter_sys=True)
         """
-    )
+    ).replace("HELD_AT", repr(held_at))
     env = {**os.environ, "JUTUL_JKERNEL_JULIA_ARGS": f"-L {stall}"}
     kernel = subprocess.Popen(
         [sys.executable, "-c", probe], stdout=subprocess.PIPE, text=True, env=env
@@ -138,10 +155,16 @@ def test_a_sigterm_during_the_imports_takes_the_early_julia_along(tmp_path: Path
         assert kernel.stdout.readline().strip() == "held"
         julia = [p for p in psutil.Process(kernel.pid).children() if "julia" in p.name()]
         assert len(julia) == 1, julia
+        # Its socket's directory (the last argument) and its log directory (the claims'
+        # parent): the SIGTERM removes them too.
+        made = [Path(julia[0].cmdline()[-1]).parent]
+        made.append(Path(julia[0].environ()["JUTUL_JKERNEL_CLAIMS"]).parent)
+        assert all(d.is_dir() for d in made), made
         kernel.send_signal(signal.SIGTERM)
         assert kernel.wait(ENTRY_BOUND) == -signal.SIGTERM
         _, alive = psutil.wait_procs(julia, timeout=REAP_GRACE)
         assert not alive, "the early Julia outlived its kernel's SIGTERM"
+        assert not [d for d in made if d.exists()], "left in the temporary folder"
     finally:
         kernel.kill()  # a no-op once it was reaped
         kernel.wait(ENTRY_BOUND)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import signal
 from pathlib import Path
@@ -229,18 +228,27 @@ def test_a_julia_still_starting_ends_with_its_kernel(spec_prefix: Path, how: str
     install_spec(spec_prefix, "jk-slow", "--julia-args", f"-L {stall}", "--no-check")
     km, kc = start_named("jk-slow")
     julia = psutil.Process(julia_of(km))
+    assert km.provisioner is not None and km.provisioner.pid is not None
+    kernel = psutil.Process(km.provisioner.pid)
+    # The kernel's temporary directories: the socket Julia was to connect to (its last
+    # argument), and the logs, with the interrupt claims directory inside.
+    socket_dir = Path(julia.cmdline()[-1]).parent
+    log_dir = Path(julia.environ()["JUTUL_JKERNEL_CLAIMS"]).parent
+    assert socket_dir.is_dir() and log_dir.is_dir()
     try:
         if how == "shutdown":
             stop_kernel(km, kc)
         elif how == "restart":
             km.restart_kernel()
         else:  # what jupyter_client sends a kernel that did not stop in time
-            assert km.provisioner is not None and km.provisioner.pid is not None
-            os.kill(km.provisioner.pid, signal.SIGTERM)
-        _, alive = psutil.wait_procs([julia], timeout=5)
-        assert not alive, f"the Julia that was starting outlived its kernel's {how}"
+            kernel.send_signal(signal.SIGTERM)
+        _, alive = psutil.wait_procs([julia, kernel], timeout=5)
+        assert not alive, f"the Julia that was starting, or its kernel, outlived its {how}"
         if how == "restart":
             assert len(julia_descendants()) <= 1  # the new kernel's own, at most
+        # Neither is left in the temporary folder (the socket's was, after all three).
+        assert not socket_dir.exists(), f"{socket_dir} outlived the kernel's {how}"
+        assert not log_dir.exists(), f"{log_dir} outlived the kernel's {how}"
     finally:
         with contextlib.suppress(psutil.Error):
             julia.kill()

@@ -1598,12 +1598,16 @@ asyncio.run(main())
 
 
 @pytest.mark.parametrize("cell", ["{started}; sleep(1000)", SPIN])
-def test_julia_does_not_outlive_a_killed_supervisor(cell: str, start_signal: StartSignal) -> None:
+def test_julia_does_not_outlive_a_killed_supervisor(
+    cell: str, start_signal: StartSignal, tmp_path: Path
+) -> None:
     """SIGKILL the Python process that owns Julia mid-cell: Julia exits by itself within 2 s."""
     proc = subprocess.Popen(
         [sys.executable, "-c", SUPERVISOR_SCRIPT, cell.format(started=start_signal.julia)],
         stdout=subprocess.PIPE,
         text=True,
+        # A SIGKILLed supervisor cannot remove its log directory: it goes with tmp_path.
+        env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     try:
         assert proc.stdout is not None
@@ -1701,8 +1705,10 @@ async def test_julia_executable_from_environment(
 ) -> None:
     """JUTUL_JKERNEL_JULIA picks the executable; an explicit argument wins over it."""
     monkeypatch.setenv("JUTUL_JKERNEL_JULIA", str(tmp_path / "from-env"))
+    from_env = JuliaSupervisor()
     with pytest.raises(JuliaStartupError, match="from-env"):
-        await JuliaSupervisor().start()
+        await from_env.start()
+    await from_env.shutdown()  # its log directory too
     sup = JuliaSupervisor(julia="julia", startup_timeout=STARTUP_TIMEOUT)
     try:
         await sup.start()

@@ -42,9 +42,11 @@ class EarlyLaunch:
     claims: Path | None  # the interrupt claims directory Julia was given, if one could be made
 
     def kill_now(self) -> None:
-        """SIGKILL it and remove its socket, synchronously (atexit, a signal handler)."""
+        """SIGKILL it and remove its socket and log directory, synchronously (atexit, a signal
+        handler)."""
         self.launch.kill_group()
         self.launch.listener.close()
+        shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def discard(self) -> None:
         """Kill and reap it, and remove its directories (no supervisor takes it)."""

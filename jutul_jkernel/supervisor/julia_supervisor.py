@@ -323,6 +323,9 @@ class JuliaSupervisor:
             j.signal_group(kill=True)
         self._starter.kill_now()
         self._claims.remove()
+        # The logs too, as shutdown() does: nobody is left to quote them (a SIGTERMed kernel
+        # left its directory in the temporary folder, one per kill).
+        self._starter.remove_log_dir()  # kill_now's
 
     async def complete(self, code: str, cursor: int) -> dict[str, Any]:
         """REPL completions at ``cursor`` (code points): matches, cursor_start, cursor_end."""

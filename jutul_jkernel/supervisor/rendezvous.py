@@ -71,6 +71,12 @@ class Rendezvous:
     def close(self) -> None:
         """Stop listening: nothing can connect any more, and the directory is gone."""
         self.socket.close()
+        self.remove_directory()
+
+    def remove_directory(self) -> None:
+        """Remove the socket's directory, still listening: for a kernel about to end while a
+        handshake waits on this socket, which would close it only after the process is gone
+        (a shutdown or SIGTERM while Julia starts left the directory behind)."""
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None

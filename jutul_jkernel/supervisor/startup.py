@@ -30,6 +30,7 @@ from jutul_jkernel.supervisor.interrupt_claims import Claims
 from jutul_jkernel.supervisor.julia_process import JuliaProcess
 from jutul_jkernel.supervisor.launch_settings import LaunchSettings
 from jutul_jkernel.supervisor.pipes import OutputPipes
+from jutul_jkernel.supervisor.rendezvous import Rendezvous
 from jutul_jkernel.supervisor.spawn import Launch, log_file, new_log_dir, new_token, spawn
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,10 @@ class JuliaStarter:
         # The Julia being started, from its adoption until the supervisor holds it (it sets
         # this back to None): shutdown() and kill_now() end it too, or it outlives the kernel.
         self.starting: JuliaProcess | None = None
+        # The socket `starting` is to connect to, until its handshake closes it: kill_now (the
+        # kernel's atexit and SIGTERM) removes its directory, since the process ends before the
+        # handshake gets to (a kernel shut down while Julia started left it behind).
+        self._listener: Rendezvous | None = None
 
     def launch(self, launch_settings: LaunchSettings) -> None:
         """Spawn Julia now, synchronously (no event loop needed), for adopt() to take."""
@@ -84,6 +89,7 @@ class JuliaStarter:
         if launched is None:
             launched = self._spawn(launch_settings)
         self.starting = JuliaProcess(ChildProcess(launched.popen), launched.log_path, None)
+        self._listener = launched.listener
         return self.starting, launched
 
     async def handshake(
@@ -126,6 +132,8 @@ class JuliaStarter:
             raise
         finally:
             listener.close()
+            if self._listener is listener:
+                self._listener = None
         if listener.is_tcp:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return conn, decoder, early
@@ -147,6 +155,8 @@ class JuliaStarter:
         if self.launched is not None:
             self.launched.kill_group()
             self.launched.listener.close()  # and its socket's directory
+        if self._listener is not None:
+            self._listener.remove_directory()
 
     def remove_log_dir(self) -> None:
         """Remove the log directory if it is a temporary one of the starter's."""
