@@ -96,7 +96,7 @@ class Report:
     bare_error: str | None = None
     probe_command: list[str] = field(default_factory=list)
     probe_error: str | None = None  # how Julia alone failed _PROBE_CODE, None when it did not
-    julia_broken: bool = False  # it ran and failed: Julia's fault, not the kernel's
+    julia_broken: bool = False  # a signal killed it: Julia's fault, not the kernel's
 
     @property
     def failed(self) -> list[CheckResult]:
@@ -139,9 +139,10 @@ def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
-async def _run_once(command: list[str]) -> tuple[float | None, str | None, bool]:
+async def _run_once(command: list[str]) -> tuple[float | None, str | None, int | None]:
     """Run ``command`` (no input, output dropped): milliseconds if it exited 0, else None and
-    why not; and whether it could be started at all."""
+    why not; and its exit code (negative: the signal that killed it), or None when it could not
+    be started or did not finish."""
     t0 = time.perf_counter()
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -151,16 +152,16 @@ async def _run_once(command: list[str]) -> tuple[float | None, str | None, bool]
             stderr=asyncio.subprocess.DEVNULL,
         )
     except OSError as exc:
-        return None, f"could not run it: {exc}", False
+        return None, f"could not run it: {exc}", None
     try:
         code = await asyncio.wait_for(proc.wait(), _BARE_TIMEOUT)
     except (TimeoutError, asyncio.TimeoutError):
         proc.kill()
         await proc.wait()
-        return None, f"it did not finish within {_BARE_TIMEOUT:g} s", True
+        return None, f"it did not finish within {_BARE_TIMEOUT:g} s", None
     if code != 0:
-        return None, f"it {describe_exit(code)}", True
-    return _ms(t0), None, True
+        return None, f"it {describe_exit(code)}", code
+    return _ms(t0), None, code
 
 
 async def _bare_start(command: list[str]) -> tuple[float | None, str | None]:
@@ -199,8 +200,11 @@ async def diagnose(
     report.bare_command = julia_argv(julia, flags, "-e", "nothing")
     report.bare_ms, report.bare_error = await _bare_start(report.bare_command)
     report.probe_command = julia_argv(julia, flags, "-e", _PROBE_CODE)
-    _, report.probe_error, ran = await _run_once(report.probe_command)
-    report.julia_broken = ran and report.probe_error is not None
+    _, report.probe_error, code = await _run_once(report.probe_command)
+    # Killed by a signal: a crash of Julia's own. An exit status may be the user's startup
+    # file failing (the supervisor runs it in the first cell instead), and a timeout a slow
+    # machine: said on the line, not blamed on Julia.
+    report.julia_broken = code is not None and code < 0
 
     checks = Checks(sup, colour_wanted(sup.julia_args))
     try:
