@@ -1660,6 +1660,22 @@ async def test_boot_failure_quotes_julia_and_names_the_log() -> None:
     await sup.shutdown()
 
 
+async def test_a_julia_killed_before_connecting_is_pointed_to_the_doctor(tmp_path: Path) -> None:
+    """A Julia killed by a signal before it connects (a "julia" that SIGSEGVs whatever it runs,
+    as Debian's 1.5.3 beside a newer libunwind does at every error): the error says how it died
+    and gives the doctor's command for that Julia, which runs it alone to tell."""
+    crashing = tmp_path / "julia"
+    crashing.write_text("#!/bin/sh\nkill -SEGV $$\n")
+    crashing.chmod(0o755)
+    sup = JuliaSupervisor(julia=str(crashing), startup_timeout=STARTUP_TIMEOUT)
+    with pytest.raises(JuliaStartupError) as info:
+        await sup.start()
+    await sup.shutdown()
+    said = str(info.value)
+    assert "was killed by SIGSEGV" in said, said
+    assert f"-m jutul_jkernel.doctor --julia {crashing}` tells whether it crashes" in said, said
+
+
 async def test_startup_timeout_is_bounded(tmp_path: Path) -> None:
     """A Julia that never connects fails start() after the timeout, naming its log."""
     stall = tmp_path / "stall.jl"

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import shlex
 import socket
+import sys
 from typing import Any
 
 from jutul_jkernel.protocol.wire import Decoder, Frame, FrameKind, ProtocolError
@@ -39,9 +41,21 @@ async def accept_julia(
             await asyncio.wait({pending, exited}, return_when=asyncio.FIRST_COMPLETED)
             if not pending.done():
                 said = j.post_mortem() or "(it wrote nothing)"
+                code = j.proc.returncode
+                # Killed by a signal before it could connect: maybe a Julia that crashes on its
+                # own (Debian's 1.5.3 beside a newer libunwind, at every error it throws),
+                # which the doctor finds out by running it alone.
+                doctor = shlex.join(
+                    [sys.executable, "-m", "jutul_jkernel.doctor", "--julia", julia]
+                )
+                hint = (
+                    f"; `{doctor}` tells whether it crashes on its own too"
+                    if code is not None and code < 0
+                    else ""
+                )
                 msg = (
-                    f"Julia ({julia}) {describe_exit(j.proc.returncode)} before "
-                    f"connecting. Its log is {j.log_path}:\n{said}"
+                    f"Julia ({julia}) {describe_exit(code)} before connecting{hint}. "
+                    f"Its log is {j.log_path}:\n{said}"
                 )
                 raise JuliaStartupError(msg)
             conn, peer = pending.result()
