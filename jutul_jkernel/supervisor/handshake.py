@@ -42,17 +42,13 @@ async def accept_julia(
             if not pending.done():
                 said = j.post_mortem() or "(it wrote nothing)"
                 code = j.proc.returncode
-                # Killed by a signal before it could connect: maybe a Julia that crashes on its
-                # own (Debian's 1.5.3 beside a newer libunwind, at every error it throws),
-                # which the doctor finds out by running it alone.
-                doctor = shlex.join(
-                    [sys.executable, "-m", "jutul_jkernel.doctor", "--julia", julia]
-                )
-                hint = (
-                    f"; `{doctor}` tells whether it crashes on its own too"
-                    if code is not None and code < 0
-                    else ""
-                )
+                hint = ""
+                if code is not None and code < 0:
+                    # Killed by a signal before it could connect: maybe a Julia that crashes on
+                    # its own (Debian's 1.5.3 beside a newer libunwind, at every error it
+                    # throws), which the doctor finds out by running it alone.
+                    doctor = [sys.executable, "-m", "jutul_jkernel.doctor", "--julia", julia]
+                    hint = f"; `{shlex.join(doctor)}` tells whether it crashes on its own too"
                 msg = (
                     f"Julia ({julia}) {describe_exit(code)} before connecting{hint}. "
                     f"Its log is {j.log_path}:\n{said}"
